@@ -1,0 +1,57 @@
+# paged-kv: `make book` builds the HTML book (every chapter executed), `make test` runs the tests.
+# Both bootstrap a virtual environment in .venv on first use.
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+# Which torch to install when the venv has none. On the book's CI machines this is a CPU build
+# already on disk. Elsewhere, to avoid a multi-GB CUDA download, pass e.g.
+#   make TORCH_SPEC="torch --index-url https://download.pytorch.org/whl/cpu"
+TORCH_SPEC ?= torch==2.13.0
+JB_FLAGS ?= -W -n --keep-going
+
+.PHONY: help install book test test-fast sync bench train clean
+
+help:
+	@echo "make book   build _build/html/index.html (all chapters executed, warnings are errors)"
+	@echo "make test   run the test suite (kernels in the Triton interpreter, book build, browser)"
+	@echo "make sync   regenerate the Colab notebooks book/*.ipynb from the MyST sources book/*.md"
+	@echo "make bench  python -m kernels.bench"
+	@echo "make train  retrain the bundled tiny model (needs ../shared/data/tinyshakespeare.txt)"
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	@# Keep an importable torch; otherwise install TORCH_SPEC (never an unpinned CUDA build).
+	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install -q $(TORCH_SPEC)
+	$(BIN)/python -m pip install -q -e ".[book,test]"
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+_static/plotly.min.js: $(STAMP)
+	@mkdir -p _static
+	$(BIN)/python -c "import plotly, pathlib, shutil; shutil.copy(pathlib.Path(plotly.__file__).parent / 'package_data' / 'plotly.min.js', '_static/plotly.min.js')"
+
+book: $(STAMP) _static/plotly.min.js
+	PAGED_KV_BOOK=1 $(BIN)/jupyter-book build . $(JB_FLAGS)
+	@echo "Open _build/html/index.html"
+
+test: $(STAMP) _static/plotly.min.js
+	$(BIN)/python -m pytest
+
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -m "not book and not browser"
+
+sync: $(STAMP)
+	$(BIN)/jupytext --to ipynb --update-metadata '{"jupytext": null}' book/*.md
+
+bench: $(STAMP)
+	$(BIN)/python -m kernels.bench
+
+train: $(STAMP)
+	$(BIN)/python scripts/train_tiny.py --data ../shared/data/tinyshakespeare.txt --out paged_kv/weights
+
+clean:
+	rm -rf _build _static/plotly.min.js
