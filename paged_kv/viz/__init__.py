@@ -1,4 +1,5 @@
-"""Plotly figure helpers for the book, and the one place that picks plotly's renderer.
+"""Plotly figures for the book (one submodule per chapter topic), and the one place that picks
+plotly's renderer.
 
 Figures are built by pure functions of recorded data (snapshots, measurements), so the static
 HTML book can show them with no live objects and no kernel.

@@ -1,0 +1,29 @@
+"""Live ipywidgets controllers over the real objects (one submodule per chapter topic).
+
+A live panel needs a running kernel.  In the static HTML book (``make book``) there is none, so
+:func:`show_live` prints a one-line note instead and the chapter shows a static plotly figure
+(frames and sliders) built from recorded history.  Colab needs its custom widget manager, which
+each chapter's hidden first cell enables.
+"""
+
+from __future__ import annotations
+
+from IPython.display import Markdown, display
+
+from ..viz import in_colab, is_static_build
+
+__all__ = ["in_colab", "is_static_build", "show_live"]
+
+
+def show_live(panel, what: str = "This panel") -> bool:
+    """Display an ipywidgets ``panel`` when a reader's kernel runs; returns whether it did.
+
+    In the static book, displays a short note saying where the live version runs instead.
+    """
+    if is_static_build():
+        display(Markdown(f"*{what} is live when you run this chapter in Jupyter or Colab "
+                         "(launch button at the top of the page); the figure below is its "
+                         "static replay.*"))
+        return False
+    display(panel)
+    return True
