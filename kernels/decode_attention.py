@@ -223,21 +223,27 @@ def decode_attention(q, k_cache, v_cache, seq_lens, scale=None, num_splits=None,
     return out
 
 
-def bench_cases(device):
-    """Shapes for ``python -m kernels.bench``: (label, make_inputs(dtype)) pairs."""
+def benchmark(device, dtype, timer):
+    """Rows for ``python -m kernels.bench``: GB/s of one decode step, ours vs SDPA."""
+    from .bench import row
+
     if device.type == "cuda":
         shapes = [(1, 32768, 32, 8, 128), (16, 4096, 32, 8, 128), (64, 1024, 32, 8, 128),
                   (32, 2048, 32, 32, 64)]
     else:
         shapes = [(2, 100, 4, 2, 64)]
-    cases = []
+    rows = []
     for B, T, H, Hkv, D in shapes:
-        def make(dtype, B=B, T=T, H=H, Hkv=Hkv, D=D):
-            g = torch.Generator(device=device).manual_seed(0)
-            q = torch.randn(B, H, D, device=device, dtype=dtype, generator=g)
-            k = torch.randn(B, T, Hkv, D, device=device, dtype=dtype, generator=g)
-            v = torch.randn(B, T, Hkv, D, device=device, dtype=dtype, generator=g)
-            seq_lens = torch.full((B,), T, dtype=torch.int32, device=device)
-            return q, k, v, seq_lens
-        cases.append((f"B={B} T={T} H={H} Hkv={Hkv} D={D}", make))
-    return cases
+        g = torch.Generator(device=device).manual_seed(0)
+        q = torch.randn(B, H, D, device=device, dtype=dtype, generator=g)
+        k = torch.randn(B, T, Hkv, D, device=device, dtype=dtype, generator=g)
+        v = torch.randn(B, T, Hkv, D, device=device, dtype=dtype, generator=g)
+        seq_lens = torch.full((B,), T, dtype=torch.int32, device=device)
+        q4, kt, vt = q[:, :, None], k.transpose(1, 2), v.transpose(1, 2)
+        ours = timer(lambda: decode_attention(q, k, v, seq_lens))
+        sdpa = timer(lambda: torch.nn.functional.scaled_dot_product_attention(
+            q4, kt, vt, enable_gqa=H != Hkv))
+        moved = (2 * B * T * Hkv * D + 2 * B * H * D) * q.element_size()  # K, V read; q read, out written
+        rows.append(row("decode_attention", f"B={B} T={T} H={H} Hkv={Hkv} D={D}", dtype,
+                        ours, "GB/s", moved, sdpa))
+    return rows

@@ -175,19 +175,25 @@ def prefill_attention(q, k, v, seq_lens=None, scale=None, block_m: int = 16, blo
     return out
 
 
-def bench_cases(device):
-    """Shapes for ``python -m kernels.bench``: (label, make_inputs(dtype)) pairs."""
+def benchmark(device, dtype, timer):
+    """Rows for ``python -m kernels.bench``: TFLOP/s of causal prefill, ours vs SDPA."""
+    from .bench import row
+
     if device.type == "cuda":
         shapes = [(4, 1024, 32, 8, 128), (1, 4096, 32, 8, 128), (8, 512, 32, 32, 64)]
     else:
-        shapes = [(1, 33, 4, 2, 64)]  # tiny sanity shape for the interpreter
-    cases = []
+        shapes = [(1, 33, 4, 2, 64)]  # a sanity shape: the interpreter is slow
+    rows = []
     for B, T, H, Hkv, D in shapes:
-        def make(dtype, B=B, T=T, H=H, Hkv=Hkv, D=D):
-            g = torch.Generator(device=device).manual_seed(0)
-            q = torch.randn(B, T, H, D, device=device, dtype=dtype, generator=g)
-            k = torch.randn(B, T, Hkv, D, device=device, dtype=dtype, generator=g)
-            v = torch.randn(B, T, Hkv, D, device=device, dtype=dtype, generator=g)
-            return q, k, v
-        cases.append((f"B={B} T={T} H={H} Hkv={Hkv} D={D}", make))
-    return cases
+        g = torch.Generator(device=device).manual_seed(0)
+        q = torch.randn(B, T, H, D, device=device, dtype=dtype, generator=g)
+        k = torch.randn(B, T, Hkv, D, device=device, dtype=dtype, generator=g)
+        v = torch.randn(B, T, Hkv, D, device=device, dtype=dtype, generator=g)
+        qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+        ours = timer(lambda: prefill_attention(q, k, v))
+        sdpa = timer(lambda: torch.nn.functional.scaled_dot_product_attention(
+            qt, kt, vt, is_causal=True, enable_gqa=H != Hkv))
+        flops = 4 * B * H * D * (T * (T + 1) // 2)  # QK^T and PV over the causal pairs
+        rows.append(row("prefill_attention", f"B={B} T={T} H={H} Hkv={Hkv} D={D}", dtype,
+                        ours, "TFLOP/s", flops, sdpa))
+    return rows
