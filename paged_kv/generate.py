@@ -174,6 +174,8 @@ def generate(model: TinyLlama, prompts: Sequence[Sequence[int]], max_new_tokens:
     prompts = _check_prompts(model, prompts, max_new_tokens)
     check_backend(backend)
     sampling = sampling or SamplingParams()
+    if not sampling.greedy and generator is None:  # fail before any work, not at step 0
+        raise ConfigError("sampling with temperature > 0 needs an explicit torch.Generator")
     decoder = make_decoder(model, cache, backend, prompts, max_new_tokens)
     sync = torch.cuda.synchronize if model.device.type == "cuda" else (lambda: None)
     tokens: list[list[int]] = [[] for _ in prompts]
