@@ -1,0 +1,166 @@
+"""Cache writes: put this step's new keys and values into their slots of a paged KV cache.
+
+What you will learn here:
+
+* the **slot mapping** (vLLM paper, §4.3; vLLM's ``reshape_and_cache_flash``): the block
+  manager gives every new token a slot ``= physical_block_id * block_size + offset``, and the
+  kernel only follows it -- one program per token copies that token's ``Hkv * D`` keys and
+  values to ``cache[slot // block_size, slot % block_size]``.  ``-1`` means "padding, skip";
+* why offsets are **int64**: a cache tensor of a real model easily holds more than 2^31
+  elements (Llama-3-8B, one layer of 16-token blocks with 8 KV heads of 128: 16,384 elements a
+  block, so block 131,072 already starts past 2^31).  ``block_id * stride`` computed in int32
+  would wrap around and write somewhere else.  :func:`cache_offset` is the one place that
+  computes the offset; the paged attention kernel reuses it.
+
+Layouts (vLLM's flash backend): new ``k, v [T, Hkv, D]``; one layer's ``k_cache, v_cache
+[NB, BS, Hkv, D]``; ``slot_mapping [T]`` int64.  Legend: T tokens, Hkv kv heads, D head_dim,
+NB blocks, BS block size (tokens per block).
+"""
+
+import torch
+
+from paged_kv.errors import CacheError, TensorError
+
+from ._checks import check_tensor
+from ._runtime import check_kernel_dtype, require_triton, tl, triton
+
+
+# ---------------------------------------------------------------------------------------------
+# Plain PyTorch reference.
+# Bytes: reads T*Hkv*D elements of k and of v and T int64 slots; writes the same number of
+# cache elements (only the written slots: every other slot of the cache keeps its bytes).
+# ---------------------------------------------------------------------------------------------
+def store_kv_reference(k, v, k_cache, v_cache, slot_mapping):
+    """Write ``k, v [T, Hkv, D]`` into ``k_cache, v_cache [NB, BS, Hkv, D]`` in place.
+
+    Token ``t`` goes to block ``slot_mapping[t] // BS``, offset ``slot_mapping[t] % BS``;
+    ``slot_mapping[t] == -1`` skips the token (padding).  No checks: see :func:`store_kv`.
+    """
+    BS = k_cache.shape[1]
+    keep = slot_mapping >= 0                                # (T,) which tokens are real
+    slots = slot_mapping[keep]
+    k_cache[slots // BS, slots % BS] = k[keep]              # (T_real, Hkv, D) rows
+    v_cache[slots // BS, slots % BS] = v[keep]
+
+
+# ---------------------------------------------------------------------------------------------
+# The one offset formula, shared with kernels/paged_attention.py.
+# ---------------------------------------------------------------------------------------------
+@triton.jit
+def cache_offset(block_id, in_block, stride_block, stride_slot):
+    """Element offset of token ``in_block`` of physical block ``block_id``, computed in int64.
+
+    ``block_id`` may be int32 (a block table entry) or int64 (a slot // BS); it is widened
+    before the multiplication, so the product cannot wrap around for caches > 2^31 elements.
+    """
+    return block_id.to(tl.int64) * stride_block + in_block.to(tl.int64) * stride_slot
+
+
+# ---------------------------------------------------------------------------------------------
+# The Triton kernel. One program copies one token's K and V (all Hkv heads) to its slot.
+# ---------------------------------------------------------------------------------------------
+@triton.jit
+def _store_kv_kernel(
+    K, V,                     # new keys / values [T, Hkv, D] (contiguous)
+    KCache, VCache,           # one layer's caches [NB, BS, Hkv, D] (same strides)
+    SlotMapping,              # int64 [T]: slot of each token, -1 = skip
+    stride_kt, stride_kh,     # strides of k and v (elements); their D stride is 1
+    stride_cb, stride_cs,     # cache strides of a block and of a slot within the block
+    stride_ch, stride_cd,     # cache strides of a KV head and of one head_dim element
+    Hkv: tl.constexpr,        # kv heads
+    BLOCK_H: tl.constexpr,    # next power of two >= Hkv (rows masked)
+    D: tl.constexpr,          # head_dim
+    BLOCK_D: tl.constexpr,    # next power of two >= D (columns masked)
+    BLOCK_SIZE: tl.constexpr,  # tokens per cache block (BS)
+):
+    t = tl.program_id(0).to(tl.int64)
+    slot = tl.load(SlotMapping + t)                     # int64
+    if slot >= 0:                                       # padding (slot -1) writes nothing
+        offs_h = tl.arange(0, BLOCK_H)
+        offs_d = tl.arange(0, BLOCK_D)
+        mask = (offs_h[:, None] < Hkv) & (offs_d[None, :] < D)       # (BLOCK_H, BLOCK_D)
+        src = t * stride_kt + offs_h[:, None] * stride_kh + offs_d[None, :]
+        dst = (cache_offset(slot // BLOCK_SIZE, slot % BLOCK_SIZE, stride_cb, stride_cs)
+               + offs_h[:, None] * stride_ch + offs_d[None, :] * stride_cd)
+        k = tl.load(K + src, mask=mask)                 # (BLOCK_H, BLOCK_D)
+        v = tl.load(V + src, mask=mask)
+        tl.store(KCache + dst, k, mask=mask)
+        tl.store(VCache + dst, v, mask=mask)
+
+
+def store_kv(k, v, k_cache, v_cache, slot_mapping):
+    """Write new tokens' keys and values into their slots of a paged cache (in place).
+
+    Args:
+        k, v: ``[T, Hkv, D]`` this step's keys and values.
+        k_cache, v_cache: ``[NB, BS, Hkv, D]`` one layer's caches, same dtype and device as
+            ``k`` (any strides, but the same for both).
+        slot_mapping: ``[T]`` int64, ``0 <= slot < NB * BS`` or ``-1`` to skip the token.
+            Two tokens must not share a slot (which one wins would be unspecified).
+
+    Raises:
+        TensorError: wrong rank, shapes that do not fit, dtype/device mismatch.
+        CacheError: a slot outside ``-1 .. NB*BS - 1``.
+        DTypeNotSupportedError, KernelUnavailableError: see :mod:`kernels._runtime`.
+    """
+    check_tensor("k", k, 3)
+    check_tensor("v", v, 3, dtype=k.dtype, device=k.device)
+    check_tensor("k_cache", k_cache, 4, dtype=k.dtype, device=k.device)
+    check_tensor("v_cache", v_cache, 4, dtype=k.dtype, device=k.device)
+    check_tensor("slot_mapping", slot_mapping, 1, dtype=torch.int64, device=k.device)
+    T, Hkv, D = k.shape
+    NB, BS = k_cache.shape[:2]
+    if v.shape != k.shape:
+        raise TensorError(f"k and v must have the same shape, got {tuple(k.shape)} and {tuple(v.shape)}")
+    if v_cache.shape != k_cache.shape or v_cache.stride() != k_cache.stride():
+        raise TensorError(f"k_cache {tuple(k_cache.shape)}/{k_cache.stride()} and v_cache "
+                          f"{tuple(v_cache.shape)}/{v_cache.stride()} must have the same shape and strides")
+    if tuple(k_cache.shape[2:]) != (Hkv, D):
+        raise TensorError(f"k has [Hkv, D] = {[Hkv, D]}, the cache holds {list(k_cache.shape[2:])}")
+    if slot_mapping.shape[0] != T:
+        raise TensorError(f"slot_mapping has {slot_mapping.shape[0]} entries for {T} tokens")
+    check_kernel_dtype(k.dtype, k.device)
+    if T == 0:
+        return
+    lo, hi = int(slot_mapping.min()), int(slot_mapping.max())
+    if lo < -1 or hi >= NB * BS:
+        bad = lo if lo < -1 else hi
+        raise CacheError(f"slot {bad} is outside the cache's {NB} blocks x {BS} slots "
+                         f"(valid: 0..{NB * BS - 1}, or -1 to skip)")
+    require_triton()
+    k, v = k.contiguous(), v.contiguous()
+    _store_kv_kernel[(T,)](
+        k, v, k_cache, v_cache, slot_mapping,
+        k.stride(0), k.stride(1),
+        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), k_cache.stride(3),
+        Hkv=Hkv, BLOCK_H=triton.next_power_of_2(Hkv), D=D, BLOCK_D=triton.next_power_of_2(D),
+        BLOCK_SIZE=BS,
+    )
+
+
+def benchmark(device, dtype, timer):
+    """Rows for ``python -m kernels.bench``: GB/s of one decode step's cache write, ours vs torch.
+
+    Bytes moved: K and V read once and written once (``4 * T * Hkv * D * itemsize``) plus the
+    ``8 * T`` bytes of slots.  ``vs torch`` is the PyTorch reference's time over ours.
+    """
+    from .bench import row
+
+    if device.type == "cuda":
+        shapes = [(256, 8, 128, 16, 65536), (4096, 8, 128, 16, 65536), (64, 32, 64, 16, 16384)]
+    else:
+        shapes = [(8, 2, 64, 16, 16)]  # a sanity shape: the interpreter is slow
+    rows = []
+    for T, Hkv, D, BS, NB in shapes:
+        g = torch.Generator(device=device).manual_seed(0)
+        k = torch.randn(T, Hkv, D, device=device, dtype=dtype, generator=g)
+        v = torch.randn(T, Hkv, D, device=device, dtype=dtype, generator=g)
+        k_cache = torch.zeros(NB, BS, Hkv, D, device=device, dtype=dtype)
+        v_cache = torch.zeros_like(k_cache)
+        slots = torch.randperm(NB * BS, device=device, generator=g)[:T]
+        ours = timer(lambda: store_kv(k, v, k_cache, v_cache, slots))
+        ref = timer(lambda: store_kv_reference(k, v, k_cache, v_cache, slots))
+        moved = 4 * T * Hkv * D * k.element_size() + 8 * T
+        rows.append(row("store_kv", f"T={T} Hkv={Hkv} D={D} BS={BS} NB={NB}", dtype, ours,
+                        "GB/s", moved, vs_torch=ref / ours))
+    return rows
