@@ -153,7 +153,7 @@ class BlockHistory:
         self.labels[seq_id] = toks
         slots = tuple(self.manager.slot_mapping(seq_id))
         return self._record(Event("allocate", seq_id, tuple(table.block_ids), (), slots, (),
-                                  f"{seq_id}: prompt of {len(toks)} tokens -> blocks {list(table.block_ids)}"))
+                                  f"{seq_id}: prompt of {len(toks)} tokens → blocks {list(table.block_ids)}"))
 
     def append(self, seq_id, token="") -> Snapshot:
         """A decode token for ``seq_id`` (``token``: its label)."""
@@ -164,9 +164,9 @@ class BlockHistory:
         new = tuple(b for b in self.manager.block_table(seq_id).block_ids if b not in before)
         logical, offset = divmod(self.manager.num_tokens(seq_id) - 1, self.manager.block_size)
         what = f"new block {new[0]}" if new and not copies else (
-            f"copy-on-write {copies[0][0]} -> {copies[0][1]}" if copies else "no new block")
+            f"copy-on-write {copies[0][0]} → {copies[0][1]}" if copies else "no new block")
         return self._record(Event("append", seq_id, new, (), (slot,), copies,
-                                  f"{seq_id}: token {token!r} -> logical {logical}, offset {offset}, "
+                                  f"{seq_id}: token {token!r} → logical {logical}, offset {offset}, "
                                   f"slot {slot} ({what})"))
 
     def fork(self, parent_id, child_id) -> Snapshot:

@@ -1,0 +1,204 @@
+"""The physical block pool and the block tables, drawn from recorded snapshots (chapter 5).
+
+Left panel: the pool, one row of ``BS`` slots per physical block (as the vLLM paper's Figures
+6-7 draw it).  Colour = the sequence holding the block; a slot holding a token is drawn in the
+full colour, a reserved but empty slot in a pale tint of it (internal fragmentation made
+visible), a free block in grey.  Each block is labelled ``id ×ref count``; hovering a slot tells
+block id, slot, owner, logical index and the block's token range.  Right panel: each sequence's
+block table, logical block -> physical id.
+
+Pure functions of :class:`~paged_kv.history.Snapshot` lists: :func:`blocks_figure` replays a
+whole history with plotly frames and a slider (works in the static book with no kernel);
+:func:`block_traces` gives one snapshot's traces, which the live widget writes into a
+``FigureWidget`` in place.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from . import COLORS, FREE_COLOR
+
+MAX_ROWS = 16   # blocks per column of the pool grid before it wraps into another column
+
+
+def _tint(hex_color: str, amount: float = 0.72) -> str:
+    """Mix ``hex_color`` with white (``amount`` = share of white)."""
+    r, g, b = (int(hex_color[i:i + 2], 16) for i in (1, 3, 5))
+    mix = [round(c + (255 - c) * amount) for c in (r, g, b)]
+    return "#" + "".join(f"{c:02X}" for c in mix)
+
+
+def seq_order(snapshots: Sequence) -> list:
+    """Sequence ids in order of first appearance: sequence ``k`` is drawn in ``COLORS[k % 10]``."""
+    order: list = []
+    for snap in snapshots:
+        for s in snap.tables:
+            if s not in order:
+                order.append(s)
+    return order
+
+
+def _colorscale(num_seqs: int) -> tuple[list, int]:
+    """A discrete colorscale: z = 0 free; 1 + 2k filled slot of seq k; 2 + 2k reserved empty slot."""
+    colors = [FREE_COLOR]
+    for k in range(num_seqs):
+        colors += [COLORS[k % len(COLORS)], _tint(COLORS[k % len(COLORS)])]
+    n = len(colors)
+    scale = []
+    for i, c in enumerate(colors):
+        scale += [[i / n, c], [(i + 1) / n, c]]
+    return scale, n
+
+
+def _grid(num_blocks: int, block_size: int) -> tuple[int, int, int, int]:
+    """(blocks per column, columns of blocks, cells per block column, label cells before a block)."""
+    rows = min(num_blocks, MAX_ROWS)
+    label = 1 + block_size // 6          # room for "12 ×2" left of the block's slots
+    return rows, math.ceil(num_blocks / rows), block_size + label + 1, label
+
+
+def _token_range(logical: int, filled: int, block_size: int) -> str:
+    start = logical * block_size
+    return f"{start}" if filled == 1 else f"{start}-{start + filled - 1}"
+
+
+def block_traces(snap, order: Sequence, max_logical: int | None = None) -> list:
+    """The three traces of one snapshot: pool heatmap, block labels, block-table heatmap.
+
+    ``order``: all sequence ids to give rows and colours to (see :func:`seq_order`);
+    ``max_logical``: table columns (default: the longest table in ``snap``).
+    """
+    bs, nb = snap.block_size, snap.num_blocks
+    rows, cols, width, label = _grid(nb, bs)
+    index = {s: k for k, s in enumerate(order)}
+    z = [[None] * (cols * width) for _ in range(rows)]
+    text = [[""] * (cols * width) for _ in range(rows)]
+    hover = [[""] * (cols * width) for _ in range(rows)]
+    lx, ly, ltext = [], [], []
+    for blk in snap.blocks:
+        r, c = blk.block_id % rows, blk.block_id // rows
+        x0 = c * width + label
+        lx.append(x0 - 0.55)
+        ly.append(r)
+        ltext.append(f"<b>{blk.block_id}</b> ×{blk.ref_count}" if blk.ref_count else f"{blk.block_id}")
+        for o in range(bs):
+            slot = blk.block_id * bs + o
+            if blk.ref_count == 0:
+                z[r][x0 + o] = 0
+                hover[r][x0 + o] = f"block {blk.block_id}, slot {slot}<br>free (ref count 0)"
+                continue
+            k = index[blk.owner]
+            z[r][x0 + o] = 1 + 2 * k + (o >= blk.filled)
+            holders = ", ".join(f"{s} (logical {lg})" for s, lg in blk.holders)
+            rng = _token_range(blk.logical, blk.filled, bs)
+            tok = (f"token {blk.logical * bs + o}" + (f" {blk.labels[o]!r}" if o < len(blk.labels) else "")
+                   if o < blk.filled else "reserved, empty")
+            hover[r][x0 + o] = (f"block {blk.block_id}, slot {slot} (offset {o})<br>owner: {holders}"
+                                f"<br>tokens {rng} of {blk.owner}, {blk.filled}/{bs} filled"
+                                f"<br>ref count {blk.ref_count}<br>{tok}")
+            if o < len(blk.labels):
+                text[r][x0 + o] = blk.labels[o]
+    scale, ncat = _colorscale(len(order))
+    common = dict(colorscale=scale, zmin=-0.5, zmax=ncat - 0.5, showscale=False, xgap=2, ygap=4,
+                  hoverongaps=False, texttemplate="%{text}", textfont=dict(size=11))
+    pool = go.Heatmap(z=z, text=text, customdata=hover, hovertemplate="%{customdata}<extra></extra>",
+                      name="pool", **common)
+    labels = go.Scatter(x=lx, y=ly, text=ltext, mode="text", textposition="middle left",
+                        hoverinfo="skip", showlegend=False, textfont=dict(size=11, color="#333"))
+    # block tables: row per sequence (in `order`), column per logical block
+    width_t = max_logical or max([len(t) for t in snap.tables.values()] + [1])
+    tz = [[None] * width_t for _ in order]
+    ttext = [[""] * width_t for _ in order]
+    thover = [[""] * width_t for _ in order]
+    for s, entries in snap.tables.items():
+        k = index[s]
+        for logical, physical, filled in entries:
+            if logical >= width_t:
+                continue
+            tz[k][logical] = 1 + 2 * k + (filled < bs)
+            ttext[k][logical] = str(physical)
+            thover[k][logical] = (f"{s}: logical {logical} → physical {physical}<br>"
+                                  f"tokens {_token_range(logical, filled, bs)}, {filled}/{bs} filled")
+    tables = go.Heatmap(z=tz or [[None]], text=ttext or [[""]], customdata=thover or [[""]],
+                        hovertemplate="%{customdata}<extra></extra>", name="block tables",
+                        x=list(range(width_t)), y=[str(s) for s in order] or [""], **common)
+    return [pool, labels, tables]
+
+
+def _caption(snap) -> str:
+    used, nb = snap.used_blocks, snap.num_blocks
+    what = snap.event.text or "start: every block is free"
+    return (f"step {snap.step}: {what}<br><sup>{used}/{nb} blocks used, {snap.wasted_slots} reserved "
+            f"slots empty · full colour: a stored token, pale: reserved and empty, grey: free</sup>")
+
+
+def _frame_layout(fig, snapshots: Sequence, shown, title: str) -> tuple[list, int]:
+    """Set the title and axes for showing ``shown`` out of ``snapshots``; returns (order, max_logical)."""
+    order = seq_order(snapshots)
+    max_logical = max([len(t) for s in snapshots for t in s.tables.values()] + [1])
+    rows, cols, width, _ = _grid(shown.num_blocks, shown.block_size)
+    head = f"{title}<br>" if title else ""
+    fig.update_layout(title=dict(text=head + _caption(shown), x=0.01, font=dict(size=14)))
+    fig.update_xaxes(row=1, col=1, visible=False, range=[-0.5, cols * width - 1.5])
+    fig.update_yaxes(row=1, col=1, visible=False, autorange="reversed")
+    fig.update_xaxes(row=1, col=2, title_text="logical block", dtick=1, range=[-0.5, max_logical - 0.5],
+                     showgrid=False, zeroline=False)
+    # one table row as tall as one pool row, so a table lines up with the blocks it points to
+    fig.update_yaxes(row=1, col=2, autorange="reversed", type="category", showgrid=False,
+                     domain=[1 - min(1.0, max(len(order), 1) / rows), 1])
+    return order, max_logical
+
+
+def blocks_figure(snapshots: Sequence, title: str = "", active: int | None = None,
+                  replay: bool = True, height: int | None = None) -> go.Figure:
+    """The pool and block tables of ``snapshots[active]``, with a slider over all snapshots.
+
+    Args:
+        snapshots: e.g. ``BlockHistory.snapshots`` (colours follow first appearance in them).
+        title: a heading shown above each step's caption.
+        active: the snapshot shown first (default: the last).
+        replay: add a plotly frame per snapshot, a slider and a play button (static book); with
+            ``False`` (or one snapshot) the figure shows ``snapshots[active]`` only.
+        height: in pixels; default from the number of pool rows.
+    """
+    snapshots = list(snapshots)
+    active = len(snapshots) - 1 if active is None else active
+    shown = snapshots[active]
+    rows = _grid(shown.num_blocks, shown.block_size)[0]
+    fig = make_subplots(rows=1, cols=2, column_widths=[0.66, 0.34], horizontal_spacing=0.08,
+                        subplot_titles=("physical KV blocks (id ×ref count)", "block tables: logical → physical"))
+    order, max_logical = _frame_layout(fig, snapshots, shown, title)
+    for i, trace in enumerate(block_traces(shown, order, max_logical)):
+        fig.add_trace(trace, row=1, col=1 if i < 2 else 2)
+    fig.update_layout(height=height or max(340, 34 * rows + 190), margin=dict(l=20, r=20, t=110, b=60),
+                      plot_bgcolor="white", showlegend=False)
+    if replay and len(snapshots) > 1:
+        head = f"{title}<br>" if title else ""
+        fig.frames = [go.Frame(name=str(s.step), data=block_traces(s, order, max_logical), traces=[0, 1, 2],
+                               layout=go.Layout(title_text=head + _caption(s))) for s in snapshots]
+        steps = [dict(method="animate", label=str(s.step),
+                      args=[[str(s.step)], dict(mode="immediate", frame=dict(duration=0, redraw=True),
+                                                transition=dict(duration=0))]) for s in snapshots]
+        fig.update_layout(sliders=[dict(active=active, steps=steps, x=0.08, len=0.9, y=0, yanchor="top",
+                                        currentvalue=dict(prefix="step "), pad=dict(t=30))],
+                          updatemenus=[dict(type="buttons", showactive=False, x=0, y=0, xanchor="left",
+                                            yanchor="top", pad=dict(t=30), buttons=[dict(
+                                                label="▶", method="animate",
+                                                args=[None, dict(frame=dict(duration=900, redraw=True),
+                                                                 fromcurrent=True, mode="immediate")])])])
+    return fig
+
+
+def refresh_blocks_figure(fig, snapshots: Sequence, title: str = "") -> None:
+    """Redraw ``fig`` (made by :func:`blocks_figure` with ``replay=False``) in place to show the last
+    of ``snapshots``: the live widget calls this on a ``go.FigureWidget`` after every event."""
+    snapshots = list(snapshots)
+    with fig.batch_update():
+        order, max_logical = _frame_layout(fig, snapshots, snapshots[-1], title)
+        for old, new in zip(fig.data, block_traces(snapshots[-1], order, max_logical)):
+            old.update(new.to_plotly_json())

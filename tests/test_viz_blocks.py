@@ -1,0 +1,111 @@
+"""The block-layout figure (frames + slider built from snapshots) and the live panel, which drives
+the real manager and the tiny model through the paged cache: its tokens must equal generate()'s."""
+
+import pytest
+import torch
+
+from paged_kv.errors import OutOfBlocksError
+from paged_kv.generate import generate
+from paged_kv.history import paper_trace
+from paged_kv.tokenizer import ByteTokenizer
+from paged_kv.viz.blocks import block_traces, blocks_figure, refresh_blocks_figure, seq_order
+from paged_kv.widgets.blocks import LiveRequests, block_panel
+
+
+def cell(trace, block, offset, bs=4, label=1):
+    """The pool heatmap cell of (block, offset) for a one-column grid (<= 16 blocks)."""
+    return trace.z[block][label + offset], trace.customdata[block][label + offset], trace.text[block][label + offset]
+
+
+def test_figure_replays_every_snapshot_with_a_slider():
+    h = paper_trace()
+    fig = blocks_figure(h.snapshots, title="Figures 6-7")
+    assert len(fig.frames) == len(h.snapshots) == 5
+    steps = fig.layout.sliders[0].steps
+    assert [s.args[0][0] for s in steps] == [f.name for f in fig.frames]
+    assert all(s.args[1]["frame"]["redraw"] for s in steps)
+    assert fig.frames[0].data[0].z != fig.frames[-1].data[0].z          # moving the slider changes the pool
+    assert "B: prompt of 6 tokens" in fig.frames[-1].layout.title.text
+
+
+def test_pool_cells_show_owner_fill_and_hover():
+    h = paper_trace()
+    pool, labels, tables = block_traces(h.snapshots[-1], seq_order(h.snapshots))
+    # A is sequence 0 (z 1 = stored token, 2 = reserved empty), B is sequence 1 (z 3, 4), free = 0
+    assert [cell(pool, 3, o)[0] for o in range(4)] == [1, 2, 2, 2]      # "brought" + 3 empty slots
+    assert [cell(pool, 2, o)[0] for o in range(4)] == [3, 3, 4, 4]      # "of times" + 2 empty
+    assert [cell(pool, 0, o)[0] for o in range(4)] == [0, 0, 0, 0]
+    z, hover, text = cell(pool, 3, 0)
+    assert text == "brought" and "block 3, slot 12" in hover and "A (logical 2)" in hover and "tokens 8 of A" in hover
+    assert "free" in cell(pool, 4, 0)[1]
+    assert labels.text[7] == "<b>7</b> ×1" and labels.text[0] == "0"
+    assert tables.y == ("A", "B") and list(tables.text[0][:3]) == ["7", "1", "3"] and list(tables.text[1][:2]) == ["5", "2"]
+
+
+def test_refresh_updates_a_figure_in_place():
+    h = paper_trace()
+    fig = blocks_figure(h.snapshots[:2], replay=False)
+    assert not fig.frames and not fig.layout.sliders
+    refresh_blocks_figure(fig, h.snapshots)
+    assert list(fig.data[2].text[1])[0] == "5" and "step 4" in fig.layout.title.text
+
+
+def test_panel_falls_back_to_an_output_and_drives_the_manager():
+    import ipywidgets as w
+
+    panel = block_panel(load_model=False, num_blocks=6, block_size=4, use_figure_widget=False)
+    live = panel.live
+    out = panel.children[-1]
+    assert isinstance(out, w.Output)          # (display() only captures into it under a kernel)
+    add_text, add_len = panel.children[0].children[1], panel.children[0].children[3]
+    decode, which, finish = panel.children[1].children
+    add_text.click()                          # "To be, or not to be": 19 tokens -> 5 blocks
+    assert live.manager.block_table(0).block_ids == [0, 1, 2, 3, 4]
+    add_len.click()                           # 12 tokens do not fit the 1 free block: error shown
+    assert "out of KV blocks" in panel.children[2].value and live.running == [0]
+    decode.click()
+    assert live.manager.num_tokens(0) == 20
+    which.value = 0
+    finish.click()
+    assert live.running == [] and live.manager.num_free_blocks == 6
+    assert [e.kind for e in live.history.events] == ["start", "allocate", "append", "free"]
+
+
+def test_panel_updates_a_figure_widget_in_place():
+    pytest.importorskip("anywidget")
+    import plotly.graph_objects as go
+
+    panel = block_panel(load_model=False, num_blocks=6, block_size=4, use_figure_widget=True)
+    fig = panel.children[-1]
+    assert isinstance(fig, go.FigureWidget)
+    panel.children[0].children[3].click()     # a 12-token prompt -> 3 blocks
+    assert "3/6 blocks used" in fig.layout.title.text
+
+
+def test_live_requests_decode_the_same_tokens_as_generate(small_model):
+    """Two requests arriving at different times, sharing one pool, each decode exactly the greedy
+    tokens generate() gives for it alone with the contiguous cache."""
+    tok = ByteTokenizer()
+    live = LiveRequests(small_model, tok, num_blocks=12, block_size=4)
+    a = live.add("Four score and seven")
+    live.step(), live.step()
+    b = live.add("It was")
+    for _ in range(5):
+        assert live.step() == []
+    for seq, prompt, n in ((a, "Four score and seven", 8), (b, "It was", 6)):
+        ids = tok.encode(prompt)
+        want = generate(small_model, [ids], n, cache="contiguous").tokens[0]
+        assert live.tokens[seq][len(ids):] + [live.pending[seq]] == want
+    live.manager.check()
+
+
+def test_live_requests_wait_when_out_of_blocks(small_model):
+    live = LiveRequests(small_model, ByteTokenizer(), num_blocks=2, block_size=4)
+    live.add("abcd")
+    live.add("efgh")
+    with pytest.raises(OutOfBlocksError):
+        live.add("i")
+    notes = live.step()
+    assert len(notes) == 2 and "waits" in notes[0]
+    live.finish(0)
+    assert live.step() == [] and live.manager.num_tokens(1) == 5
