@@ -1,0 +1,434 @@
+"""KV memory policies for the simulator: how a serving system hands out KV-cache slots.
+
+A *slot* holds one token's keys and values for every layer (OPT-13B in fp16: 819,200 bytes); the
+pool holds ``pool_slots`` of them.  Four policies share one interface, so the scheduler in
+:mod:`paged_kv.simulate` is the same for all and only the memory policy differs:
+
+* :class:`OrcaMax`, :class:`OrcaPow2`, :class:`OrcaOracle`: one contiguous region per request,
+  reserved at admission for the model's maximum length, for the prompt plus the next power of two
+  of the true output length, or for exactly prompt + output (vLLM paper §6.1, the Orca baselines).
+  Regions are placed by a real placement rule (first-fit or best-fit over a free list of holes),
+  so external fragmentation happens as it would in a contiguous allocator.
+* :class:`PagedPolicy`: fixed-size blocks of ``block_size`` slots allocated on demand, a new block
+  only when the last one is full (vLLM paper §4.2), admission gated by vLLM's 1% watermark.
+
+Memory is classified as in the paper's Fig. 2.  For a running request with ``L`` tokens so far,
+final length ``F`` = prompt + output and ``A`` slots allocated:
+``token_states = L``, ``reserved = min(A, F) - L`` (slots future tokens will fill) and
+``internal = A - min(A, F)`` (slots no token will ever fill).  ``external`` counts free slots no
+request can use: for contiguous policies, holes smaller than the reservation of the request at
+the head of the waiting queue; for paging, the slots past the last whole block.  The rest is
+``free``.  The five always sum to ``pool_slots`` (checked by :meth:`MemoryPolicy.check`).
+
+Token timing: a request admitted at step ``s0`` holds ``prompt + 1`` tokens after that step (its
+prefill writes the prompt, and the first generated token gets its slot), and one more after each
+later step, until it holds ``F`` and is freed.  Legend: BS block size, NB number of blocks.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+
+from .errors import BlockError, ConfigError, OutOfBlocksError
+
+__all__ = ["CATEGORIES", "MemoryPolicy", "ContiguousPolicy", "OrcaMax", "OrcaPow2", "OrcaOracle",
+           "PagedPolicy", "POLICIES", "make_policy"]
+
+CATEGORIES = ("token_states", "reserved", "internal", "external", "free")
+TOKEN, RESERVED, INTERNAL, EXTERNAL, FREE = range(5)
+
+
+class MemoryPolicy:
+    """The interface every policy implements, and the bookkeeping they share.
+
+    Aggregates are kept as plain ints updated on every event, so a simulator step costs O(1):
+    ``num_seqs``; ``sum_len`` (token states); ``sum_cap`` (sum of ``min(A, F)``); ``sum_alloc``.
+
+    Raises:
+        ConfigError: ``pool_slots`` or ``max_seq_len`` not a positive int.
+    """
+
+    name = "policy"
+
+    def __init__(self, pool_slots: int, max_seq_len: int = 2048) -> None:
+        for label, v in (("pool_slots", pool_slots), ("max_seq_len", max_seq_len)):
+            if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
+                raise ConfigError(f"{label} must be a positive int, got {v!r}")
+        self.pool_slots, self.max_seq_len = int(pool_slots), int(max_seq_len)
+        self.num_seqs = self.sum_len = self.sum_cap = self.sum_alloc = 0
+        self._seqs: dict[int, list[int]] = {}  # rid -> [prompt_len, final_len, admit_step]
+        self._now = -1
+
+    # --- "can I?" ---------------------------------------------------------------------------
+    def fits(self, prompt_len: int, output_len: int) -> bool:
+        """Whether the request could ever run here, alone in an empty pool."""
+        raise NotImplementedError
+
+    def admission_need(self, prompt_len: int, output_len: int) -> int:
+        """Slots the request must find to be admitted (its reservation, or its prompt's blocks)."""
+        raise NotImplementedError
+
+    def can_admit(self, prompt_len: int, output_len: int) -> bool:
+        raise NotImplementedError
+
+    def shortfall(self, step: int) -> int:
+        """How many blocks the running requests lack to grow by one token at ``step`` (0: none)."""
+        return 0
+
+    # --- "do it" ----------------------------------------------------------------------------
+    def admit(self, rid: int, prompt_len: int, output_len: int, step: int) -> None:
+        raise NotImplementedError
+
+    def append(self, step: int) -> None:
+        """Every running request gains one token at ``step``."""
+        self._now = step
+        self.sum_len += self.num_seqs
+
+    def free(self, rid: int) -> None:
+        raise NotImplementedError
+
+    # --- reading ----------------------------------------------------------------------------
+    def length(self, rid: int) -> int:
+        """Tokens request ``rid`` holds now (prompt + generated)."""
+        p, _, s0 = self._seqs[rid]
+        return p + 1 + self._now - s0
+
+    def running(self) -> list[int]:
+        return list(self._seqs)
+
+    def totals(self) -> tuple[int, int, int]:
+        """``(token_states, reserved, internal)`` in slots, summed over running requests."""
+        return self.sum_len, self.sum_cap - self.sum_len, self.sum_alloc - self.sum_cap
+
+    def split_free(self, head_need: int | None) -> tuple[int, int]:
+        """``(external, free)`` slots, given the admission need of the waiting queue's head."""
+        raise NotImplementedError
+
+    def owned_slots(self) -> dict[int, np.ndarray]:
+        """rid -> its slot ids in logical (token) order; ``[A]`` int64 each."""
+        raise NotImplementedError
+
+    def free_runs(self, head_need: int | None) -> list[tuple[int, int, bool]]:
+        """Unowned slots as ``(start, size, is_external)`` runs."""
+        raise NotImplementedError
+
+    def layout(self, head_need: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Slot-by-slot picture: ``owner [pool]`` int32 (rid, -1 unowned), ``category [pool]`` int8.
+
+        Raises:
+            BlockError: two requests own one slot, or a slot is both owned and free.
+        """
+        owner = np.full(self.pool_slots, -1, np.int32)
+        cat = np.full(self.pool_slots, -1, np.int8)
+        for rid, slots in self.owned_slots().items():
+            if (owner[slots] != -1).any() or len(np.unique(slots)) != len(slots):
+                raise BlockError(f"request {rid} owns a slot already owned: {slots[owner[slots] != -1][:5]}")
+            owner[slots] = rid
+            L, F = self.length(rid), self._seqs[rid][1]
+            cap = min(len(slots), F)
+            cat[slots[:L]], cat[slots[L:cap]], cat[slots[cap:]] = TOKEN, RESERVED, INTERNAL
+        for start, size, ext in self.free_runs(head_need):
+            if (cat[start:start + size] != -1).any():
+                raise BlockError(f"free run [{start}, {start + size}) overlaps owned slots")
+            cat[start:start + size] = EXTERNAL if ext else FREE
+        return owner, cat
+
+    def check(self, head_need: int | None = None) -> None:
+        """Recount everything from the slot-by-slot layout and compare with the running sums.
+
+        Raises:
+            BlockError: a slot owned twice or not classified, or a running sum that drifted.
+        """
+        _, cat = self.layout(head_need)
+        if (cat < 0).any():
+            raise BlockError(f"{int((cat < 0).sum())} slots are neither owned nor free")
+        counts = np.bincount(cat, minlength=5).tolist()
+        expect = [*self.totals(), *self.split_free(head_need)]
+        if counts != expect:
+            raise BlockError(f"{self.name}: layout counts {dict(zip(CATEGORIES, counts))} != "
+                             f"running sums {dict(zip(CATEGORIES, expect))}")
+
+    def _add(self, rid: int, p: int, o: int, step: int, alloc: int) -> None:
+        if rid in self._seqs:
+            raise BlockError(f"request {rid} is already running")
+        self._now = step
+        self._seqs[rid] = [p, p + o, step]
+        self.num_seqs += 1
+        self.sum_len += p + 1
+        self.sum_alloc += alloc
+        self.sum_cap += min(alloc, p + o)
+
+    def _remove(self, rid: int, alloc: int) -> None:
+        if rid not in self._seqs:
+            raise BlockError(f"request {rid} is not running")
+        L, F = self.length(rid), self._seqs.pop(rid)[1]
+        self.num_seqs -= 1
+        self.sum_len -= L
+        self.sum_alloc -= alloc
+        self.sum_cap -= min(alloc, F)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(pool_slots={self.pool_slots}, running={self.num_seqs})"
+
+
+class ContiguousPolicy(MemoryPolicy):
+    """One contiguous region per request, sized by :meth:`reservation`, placed in a hole.
+
+    The free list is a Python list of ``[start, size]`` holes sorted by address and coalesced on
+    every free.  A list beats a tree here: there are at most running requests + 1 holes (tens),
+    and it is touched only at admission and completion, never per token.
+
+    Args:
+        placement: ``"first-fit"`` (lowest-address hole that fits; the default) or ``"best-fit"``
+            (smallest hole that fits, lowest address on ties).
+    """
+
+    def __init__(self, pool_slots: int, max_seq_len: int = 2048, placement: str = "first-fit") -> None:
+        super().__init__(pool_slots, max_seq_len)
+        if placement not in ("first-fit", "best-fit"):
+            raise ConfigError(f"placement must be 'first-fit' or 'best-fit', got {placement!r}")
+        self.placement = placement
+        self.holes: list[list[int]] = [[0, self.pool_slots]]
+        self.regions: dict[int, tuple[int, int]] = {}  # rid -> (start, size)
+        self._memo: tuple = (None, None)
+
+    def reservation(self, prompt_len: int, output_len: int) -> int:
+        raise NotImplementedError
+
+    def fits(self, prompt_len, output_len):
+        return (prompt_len + output_len <= self.max_seq_len
+                and self.reservation(prompt_len, output_len) <= self.pool_slots)
+
+    def admission_need(self, prompt_len, output_len):
+        return self.reservation(prompt_len, output_len)
+
+    def _find(self, size: int) -> int:
+        """Index of the hole to use for ``size`` slots, or -1."""
+        best = -1
+        for i, (_, hole) in enumerate(self.holes):
+            if hole >= size:
+                if self.placement == "first-fit":
+                    return i
+                if best < 0 or hole < self.holes[best][1]:
+                    best = i
+        return best
+
+    def can_admit(self, prompt_len, output_len):
+        return self._find(self.reservation(prompt_len, output_len)) >= 0
+
+    def admit(self, rid, prompt_len, output_len, step):
+        size = self.reservation(prompt_len, output_len)
+        i = self._find(size)
+        if i < 0:
+            raise OutOfBlocksError(size, max((h for _, h in self.holes), default=0),
+                                   f"request {rid} (largest hole, in slots)")
+        start = self.holes[i][0]
+        if self.holes[i][1] == size:
+            del self.holes[i]
+        else:
+            self.holes[i] = [start + size, self.holes[i][1] - size]
+        self._add(rid, prompt_len, output_len, step, size)
+        self.regions[rid] = (start, size)
+        self._memo = (None, None)
+
+    def free(self, rid):
+        if rid not in self.regions:
+            raise BlockError(f"request {rid} is not running")
+        start, size = self.regions.pop(rid)
+        self._remove(rid, size)
+        i = 0
+        while i < len(self.holes) and self.holes[i][0] < start:
+            i += 1
+        self.holes.insert(i, [start, size])
+        if i + 1 < len(self.holes) and start + size == self.holes[i + 1][0]:  # merge right
+            self.holes[i][1] += self.holes.pop(i + 1)[1]
+        if i > 0 and self.holes[i - 1][0] + self.holes[i - 1][1] == start:  # merge left
+            self.holes[i - 1][1] += self.holes.pop(i)[1]
+        self._memo = (None, None)
+
+    def split_free(self, head_need):
+        if self._memo[0] == head_need and self._memo[1] is not None:
+            return self._memo[1]
+        total = sum(h for _, h in self.holes)
+        ext = 0 if head_need is None else sum(h for _, h in self.holes if h < head_need)
+        self._memo = (head_need, (ext, total - ext))
+        return ext, total - ext
+
+    def owned_slots(self):
+        return {rid: np.arange(s, s + n, dtype=np.int64) for rid, (s, n) in self.regions.items()}
+
+    def free_runs(self, head_need):
+        return [(s, n, head_need is not None and n < head_need) for s, n in self.holes]
+
+
+def _next_pow2(n: int) -> int:
+    return 1 << max(0, int(n) - 1).bit_length()
+
+
+class OrcaMax(ContiguousPolicy):
+    """Reserve the model's maximum sequence length for every request (Orca (Max), paper §6.1)."""
+
+    name = "Orca (Max)"
+
+    def reservation(self, prompt_len, output_len):
+        return self.max_seq_len
+
+
+class OrcaPow2(ContiguousPolicy):
+    """Reserve prompt + the next power of two of the true output length, at most ``max_seq_len``.
+
+    The paper's Orca (Pow2): "over-reserves the space by at most 2x", e.g. 32 slots for an output
+    of 25 tokens (§6.1).
+    """
+
+    name = "Orca (Pow2)"
+
+    def reservation(self, prompt_len, output_len):
+        return min(self.max_seq_len, prompt_len + _next_pow2(output_len))
+
+
+class OrcaOracle(ContiguousPolicy):
+    """Reserve exactly prompt + output: knows the future, the upper bound for contiguous (§6.1)."""
+
+    name = "Orca (Oracle)"
+
+    def reservation(self, prompt_len, output_len):
+        return prompt_len + output_len
+
+
+class PagedPolicy(MemoryPolicy):
+    """Blocks of ``block_size`` slots allocated on demand, as vLLM's block manager (paper §4.2).
+
+    A request holds ``ceil(L / BS)`` blocks, so at most ``BS - 1`` of its slots hold no token.
+    Physical block ids come from a FIFO free list (as :class:`paged_kv.blocks.BlockAllocator`).
+    Slots past the last whole block (``pool_slots % BS``) can never be used: they count as
+    external fragmentation.
+
+    Why not drive :class:`paged_kv.blocks.BlockSpaceManager` (chapter 5) itself: it is exact but
+    per token.  Its ``can_append`` + ``append_slot`` are two Python calls per token per request
+    (~1.7 us each here), and the 10,000-request ShareGPT-like benchmark generates ~3.4 million
+    tokens: over 10 s of calls alone.  Here a step costs O(1) plus one operation per *new block*:
+    running requests are bucketed by the step residue (mod BS) at which their last block fills,
+    ``(admit_step - prompt_len) % BS``, so a step touches only the bucket needing a block now.
+    The block counts, tables and bound are the same (the tests check the bound at every step).
+
+    Args:
+        block_size: slots per block (BS), default 16 as in vLLM.
+        watermark: fraction of blocks admission keeps free (vLLM's default 0.01), so running
+            requests can grow without being preempted at once.
+    """
+
+    name = "paged"
+
+    def __init__(self, pool_slots: int, max_seq_len: int = 2048, block_size: int = 16,
+                 watermark: float = 0.01) -> None:
+        super().__init__(pool_slots, max_seq_len)
+        if not isinstance(block_size, (int, np.integer)) or block_size < 1 or block_size > pool_slots:
+            raise ConfigError(f"block_size must be an int in [1, pool_slots={pool_slots}], got {block_size!r}")
+        if not 0 <= watermark < 1:
+            raise ConfigError(f"watermark must be in [0, 1), got {watermark!r}")
+        self.block_size = int(block_size)
+        self.num_blocks = self.pool_slots // self.block_size
+        self.leftover = self.pool_slots - self.num_blocks * self.block_size
+        self.watermark_blocks = int(watermark * self.num_blocks)
+        self._free: deque[int] = deque(range(self.num_blocks))
+        self.tables: dict[int, list[int]] = {}  # rid -> block table (logical -> physical id)
+        self._bucket: list[set[int]] = [set() for _ in range(self.block_size)]
+
+    def blocks_for(self, tokens: int) -> int:
+        return -(-tokens // self.block_size)
+
+    @property
+    def num_free_blocks(self) -> int:
+        return len(self._free)
+
+    def fits(self, prompt_len, output_len):
+        return (prompt_len + output_len <= self.max_seq_len
+                and self.blocks_for(prompt_len + output_len) <= self.num_blocks
+                and self.blocks_for(prompt_len + 1) <= self.num_blocks - self.watermark_blocks)
+
+    def admission_need(self, prompt_len, output_len):
+        return self.blocks_for(prompt_len + 1) * self.block_size
+
+    def can_admit(self, prompt_len, output_len):
+        return len(self._free) - self.blocks_for(prompt_len + 1) >= self.watermark_blocks
+
+    def shortfall(self, step):
+        return max(0, len(self._bucket[step % self.block_size]) - len(self._free))
+
+    def admit(self, rid, prompt_len, output_len, step):
+        n = self.blocks_for(prompt_len + 1)
+        if n > len(self._free):
+            raise OutOfBlocksError(n, len(self._free), f"request {rid}")
+        self._add(rid, prompt_len, output_len, step, n * self.block_size)
+        self.tables[rid] = [self._free.popleft() for _ in range(n)]
+        self._bucket[(step - prompt_len) % self.block_size].add(rid)
+
+    def append(self, step):
+        bs, seqs, free = self.block_size, self._seqs, self._free
+        bucket = self._bucket[step % bs]
+        if len(bucket) > len(free):
+            raise OutOfBlocksError(len(bucket), len(free), f"step {step} (preempt first)")
+        for rid in bucket:
+            table = self.tables[rid]
+            table.append(free.popleft())
+            final, alloc = seqs[rid][1], len(table) * bs
+            self.sum_alloc += bs
+            self.sum_cap += min(alloc, final) - min(alloc - bs, final)
+        super().append(step)
+
+    def free(self, rid):
+        if rid not in self.tables:
+            raise BlockError(f"request {rid} is not running")
+        p, _, s0 = self._seqs[rid]
+        table = self.tables.pop(rid)
+        self._remove(rid, len(table) * self.block_size)
+        self._bucket[(s0 - p) % self.block_size].discard(rid)
+        self._free.extend(table)
+
+    def split_free(self, head_need):
+        return self.leftover, len(self._free) * self.block_size
+
+    def owned_slots(self):
+        bs = self.block_size
+        off = np.arange(bs, dtype=np.int64)
+        return {rid: (np.asarray(t, np.int64)[:, None] * bs + off).reshape(-1) for rid, t in self.tables.items()}
+
+    def free_runs(self, head_need):
+        bs = self.block_size
+        runs = [(b * bs, bs, False) for b in self._free]
+        if self.leftover:
+            runs.append((self.num_blocks * bs, self.leftover, True))
+        return runs
+
+    def check(self, head_need=None):
+        """As :meth:`MemoryPolicy.check`, plus: each request wastes at most ``BS - 1`` slots."""
+        super().check(head_need)
+        for rid, table in self.tables.items():
+            waste = len(table) * self.block_size - self.length(rid)
+            if not 0 <= waste <= self.block_size - 1:
+                raise BlockError(f"request {rid} holds {len(table)} blocks for {self.length(rid)} "
+                                 f"tokens: {waste} empty slots, bound is {self.block_size - 1}")
+
+
+POLICIES = {"max": OrcaMax, "pow2": OrcaPow2, "oracle": OrcaOracle, "paged": PagedPolicy}
+
+
+def make_policy(name: str, pool_slots: int, max_seq_len: int = 2048, **kwargs) -> MemoryPolicy:
+    """A fresh policy by short name: ``"max"``, ``"pow2"``, ``"oracle"`` or ``"paged"``.
+
+    ``kwargs`` go to the class (``placement=`` for contiguous, ``block_size=``/``watermark=`` for
+    paged).
+
+    Raises:
+        ConfigError: unknown name (the message lists the known ones) or bad arguments.
+    """
+    key = name.lower().replace("orca", "").strip(" -_()")
+    if key not in POLICIES:
+        raise ConfigError(f"unknown policy {name!r}; known: {sorted(POLICIES)}")
+    try:
+        return POLICIES[key](pool_slots, max_seq_len, **kwargs)
+    except TypeError as e:
+        raise ConfigError(f"bad arguments for policy {name!r}: {e}") from None
