@@ -59,8 +59,11 @@ class ContiguousKVCache:
         """Bytes held by all K and V tensors of all layers (what ``torch`` allocated)."""
         return sum(t.numel() * t.element_size() for t in self.k + self.v)
 
-    def store(self, layer: int, k: torch.Tensor, v: torch.Tensor, meta: AttentionMetadata) -> None:
-        """Write this step's ``k, v [B, T, Hkv, D]`` at rows ``meta.positions`` (padding skipped)."""
+    def store(self, layer: int, k: torch.Tensor, v: torch.Tensor, meta: AttentionMetadata,
+              backend: str = "torch") -> None:
+        """Write this step's ``k, v [B, T, Hkv, D]`` at rows ``meta.positions`` (padding skipped).
+
+        ``backend`` is accepted for symmetry with the paged cache and ignored (an index copy)."""
         cache_k = self.k[layer]
         if k.dtype != cache_k.dtype or k.device != cache_k.device:
             raise TensorError(f"K/V are {k.dtype} on {k.device}, the cache is {cache_k.dtype} on {cache_k.device}")

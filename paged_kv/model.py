@@ -76,7 +76,7 @@ class CausalSelfAttention(nn.Module):
         v = self.v_proj(x).view(B, T, cfg.num_kv_heads, cfg.head_dim)  # (B, T, Hkv, D)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         if cache is not None:
-            cache.store(self.layer_idx, k, v, meta)  # this step's K/V join the cache
+            cache.store(self.layer_idx, k, v, meta, backend)  # this step's K/V join the cache
         if meta.phase == "prefill":
             # The prompt attends to itself: its K/V are right here, no need to read the cache.
             out = attention.prefill_attention(q, k, v, meta.seq_lens, backend)  # (B, T, H, D)
