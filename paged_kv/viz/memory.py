@@ -1,0 +1,307 @@
+"""Chapter 3's figures: KV cache vs weights, sequences per GPU, attention variants, and the
+static KV-cache calculator.
+
+Each figure has a ``*_data`` function that asks :mod:`paged_kv.memory` for the numbers and
+returns plain dicts/lists, and a ``*_figure`` function that only draws them (so a figure can be
+rebuilt from stored data with no package state).  Interaction is plotly's own (dropdown
+``updatemenus``, sliders), so every figure works in the static HTML book with no kernel.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from .. import memory
+from ..memory import GB, GiB
+from . import COLORS
+
+CONTEXTS = [1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072]
+
+
+def _k(n: int) -> str:
+    return f"{n // 1024}K" if n >= 1024 else str(n)
+
+
+# --- KV cache vs weights as context grows ------------------------------------------------------
+def kv_vs_weights_data(models: Sequence[str], contexts: Sequence[int] = CONTEXTS,
+                       batch_sizes: Sequence[int] = (1, 8, 32), kv_dtype: str = "fp16") -> dict:
+    """KV bytes (``kv[batch][i]`` for ``contexts[i]``) and weight bytes of each model."""
+    out = {"contexts": list(contexts), "batch_sizes": list(batch_sizes), "kv_dtype": kv_dtype, "models": {}}
+    for name in models:
+        spec = memory.model_preset(name)
+        out["models"][spec.name] = {
+            "weights": memory.weights_bytes(spec), "weights_dtype": spec.weights_dtype,
+            "kv": {b: [memory.kv_cache_bytes(spec, c, b, kv_dtype) for c in contexts] for b in batch_sizes}}
+    return out
+
+
+def kv_vs_weights_figure(data: dict) -> go.Figure:
+    """KV cache / weights (log-log) vs context; a dropdown picks the batch size."""
+    fig = go.Figure()
+    x, batches = data["contexts"], data["batch_sizes"]
+    for i, (name, m) in enumerate(data["models"].items()):
+        ratio = [kv / m["weights"] for kv in m["kv"][batches[0]]]
+        fig.add_trace(go.Scatter(
+            x=x, y=ratio, name=name, mode="lines+markers", line=dict(color=COLORS[i % len(COLORS)]),
+            marker=dict(size=5), customdata=[[kv / GiB, m["weights"] / GiB] for kv in m["kv"][batches[0]]],
+            hovertemplate=f"<b>{name}</b><br>%{{x:,}} tokens<br>KV %{{customdata[0]:,.2f}} GiB"
+                          "<br>weights %{customdata[1]:,.2f} GiB<br>KV / weights %{y:.3g}<extra></extra>"))
+    buttons = []
+    for b in batches:
+        ys = [[kv / m["weights"] for kv in m["kv"][b]] for m in data["models"].values()]
+        cd = [[[kv / GiB, m["weights"] / GiB] for kv in m["kv"][b]] for m in data["models"].values()]
+        buttons.append(dict(label=f"batch {b}", method="restyle", args=[{"y": ys, "customdata": cd}]))
+    fig.add_hline(y=1, line=dict(color="#444", dash="dash"), annotation_text="KV cache = weights",
+                  annotation_position="top left")
+    fig.update_layout(
+        title=f"KV cache ({data['kv_dtype']}) relative to the weights, as the context grows",
+        xaxis=dict(title="context length (tokens per sequence)", type="log", tickvals=x,
+                   ticktext=[_k(c) for c in x]),
+        yaxis=dict(title="KV cache / weights", type="log"), height=460,
+        margin=dict(l=60, r=20, t=90, b=50), legend=dict(font=dict(size=10)),
+        updatemenus=[dict(buttons=buttons, direction="down", x=0.0, xanchor="left", y=1.13, yanchor="top")])
+    return fig
+
+
+# --- how many sequences fit on each GPU --------------------------------------------------------
+def gpu_fit_data(models: Sequence[str], gpus: Sequence[str], contexts: Sequence[int] = CONTEXTS[:6],
+                 kv_dtype: str = "fp16", tp: int = 1) -> dict:
+    """``batch[context][gpu][model]``: sequences of that length that fit next to the weights."""
+    batch = {c: {g: [memory.max_batch_size(m, g, c, kv_dtype, tp=tp) for m in models] for g in gpus}
+             for c in contexts}
+    return {"models": [memory.model_preset(m).name for m in models], "gpus": list(gpus),
+            "contexts": list(contexts), "kv_dtype": kv_dtype, "tp": tp, "batch": batch}
+
+
+def gpu_fit_figure(data: dict) -> go.Figure:
+    """Grouped bars: models x GPUs; a slider picks the context length."""
+    fig = go.Figure()
+    c0 = data["contexts"][0]
+    for i, g in enumerate(data["gpus"]):
+        y = data["batch"][c0][g]
+        fig.add_trace(go.Bar(x=data["models"], y=y, name=g, marker_color=COLORS[i % len(COLORS)],
+                             text=[f"{v:,}" for v in y], textposition="outside", cliponaxis=False,
+                             hovertemplate=f"{g}: %{{y:,}} sequences<extra>%{{x}}</extra>"))
+    steps = []
+    for c in data["contexts"]:
+        ys = [data["batch"][c][g] for g in data["gpus"]]
+        steps.append(dict(label=_k(c), method="restyle",
+                          args=[{"y": ys, "text": [[f"{v:,}" for v in y] for y in ys]}]))
+    fig.update_layout(
+        barmode="group", height=460, margin=dict(l=60, r=20, t=60, b=40),
+        title=f"Sequences that fit on one GPU (TP={data['tp']}, KV in {data['kv_dtype']}, "
+              "weights in their serving dtype, 10% reserve); 0 = the weights alone do not fit",
+        title_font_size=13, yaxis=dict(title="concurrent sequences", type="log"),
+        legend=dict(orientation="h", y=1.02, x=1, xanchor="right", yanchor="bottom"),
+        sliders=[dict(active=0, steps=steps, currentvalue=dict(prefix="context length: "), pad=dict(t=40))])
+    return fig
+
+
+# --- attention variants --------------------------------------------------------------------------
+def attention_variants_data(model: str = "Llama-2-70B", tp: int = 8, kv_dtype: str = "fp16") -> dict:
+    """Bytes per token of MHA, GQA-8, MQA and MLA on one model's shape: whole, and per GPU at ``tp``."""
+    rows = []
+    for kind in ("MHA", "GQA", "MQA", "MLA"):
+        spec = memory.attention_variant(model, kind)
+        rows.append({"kind": kind, "label": f"{kind} ({_describe(spec)})",
+                     "whole": memory.kv_bytes_per_token(spec, kv_dtype),
+                     "per_gpu": memory.kv_bytes_per_token(spec, kv_dtype, tp=tp)})
+    return {"model": memory.model_preset(model).name, "tp": tp, "kv_dtype": kv_dtype, "rows": rows}
+
+
+def _describe(spec) -> str:
+    if spec.kv_lora_rank:
+        return f"latent {spec.kv_lora_rank} + rope {spec.qk_rope_head_dim}"
+    return f"{spec.num_kv_heads} KV head{'s' if spec.num_kv_heads > 1 else ''}"
+
+
+def attention_variants_figure(data: dict) -> go.Figure:
+    """Bars of KiB per token: the whole model, and what each GPU keeps under tensor parallelism."""
+    labels = [r["label"] for r in data["rows"]]
+    fig = go.Figure()
+    for i, (key, name) in enumerate([("whole", "whole model (one GPU)"),
+                                     ("per_gpu", f"per GPU with TP={data['tp']}")]):
+        y = [r[key] / 1024 for r in data["rows"]]
+        fig.add_trace(go.Bar(x=labels, y=y, name=name, marker_color=COLORS[i],
+                             text=[f"{v:,.0f} KiB" for v in y], textposition="outside", cliponaxis=False,
+                             hovertemplate="%{x}<br>%{y:,.1f} KiB per token<extra>" + name + "</extra>"))
+    fig.update_layout(
+        barmode="group", height=420, margin=dict(l=60, r=20, t=60, b=60),
+        title=f"KV bytes per token, {data['model']}'s shape ({data['kv_dtype']})",
+        yaxis=dict(title="KiB per token (log)", type="log"),
+        legend=dict(orientation="h", y=1.0, x=1, xanchor="right", yanchor="bottom"))
+    return fig
+
+
+# --- the static calculator -----------------------------------------------------------------------
+CALC_COLUMNS = ["context (tokens)", "KV / sequence", "share of one GPU / sequence", "max batch, TP=1",
+                "KV at that batch", "max batch, fp8 KV, TP=1", "max batch, TP=8"]
+
+
+def _fit(spec, gpu: str, context: int, kv_dtype: str = "fp16", tp: int = 1):
+    """Max batch; -1 when the weights alone do not fit; None when ``tp`` cannot split the heads."""
+    try:
+        plan = memory.plan_memory(spec, gpu, context, 1, kv_dtype, tp=tp)
+    except memory.ConfigError:
+        return None
+    return plan.max_batch_size if plan.weights_fit else -1
+
+
+def calculator_data(models: Sequence[str], gpus: Sequence[str], contexts: Sequence[int] = CONTEXTS,
+                    tps: Sequence[int] = (1, 2, 4, 8)) -> dict:
+    """Every case of the static calculator, precomputed with :func:`paged_kv.memory.plan_memory`
+    (fp16 KV unless said, weights in their serving dtype, 10% reserve).  A max batch of -1 means
+    the weights alone do not fit; ``None``, that the heads cannot be split over that many GPUs."""
+    out = {"models": {}, "gpus": {}, "contexts": list(contexts), "tps": list(tps)}
+    for g in gpus:
+        spec = memory.gpu_preset(g)
+        out["gpus"][spec.name] = {"marketed": spec.marketed, "memory_bytes": spec.memory_bytes}
+    for name in models:
+        spec = memory.model_preset(name)
+        m = out["models"][spec.name] = {
+            "kind": spec.attention_kind, "source": spec.source, "weights_dtype": spec.weights_dtype,
+            "per_token": memory.kv_bytes_per_token(spec), "per_token_fp8": memory.kv_bytes_per_token(spec, "fp8"),
+            "weights": memory.weights_bytes(spec), "shape": _describe(spec), "layers": spec.num_layers,
+            "head_dim": spec.head_dim, "window": spec.sliding_window, "cases": {}}
+        for g in out["gpus"]:
+            gpu_bytes = out["gpus"][g]["memory_bytes"]
+            m["cases"][g] = [{
+                "context": c, "per_seq": memory.kv_cache_bytes(spec, c, 1),
+                "share": memory.kv_cache_bytes(spec, c, 1) / gpu_bytes,
+                "batch": _fit(spec, g, c), "batch_fp8": _fit(spec, g, c, "fp8"),
+                "batch_tp": {tp: _fit(spec, g, c, tp=tp) for tp in tps}} for c in contexts]
+    return out
+
+
+def _fmt_batch(b) -> str:
+    return "-" if b is None else ("weights do not fit" if b < 0 else f"{b:,}")
+
+
+def _table_columns(rows: list) -> list:
+    return [[f"{r['context']:,}" for r in rows],
+            [f"{r['per_seq'] / GiB:,.3f} GiB" for r in rows],
+            [f"{r['share']:.2%}" for r in rows],
+            [_fmt_batch(r["batch"]) for r in rows],
+            [f"{max(r['batch'], 0) * r['per_seq'] / GiB:,.1f} GiB" for r in rows],
+            [_fmt_batch(r["batch_fp8"]) for r in rows],
+            [_fmt_batch(r["batch_tp"].get(8)) for r in rows]]
+
+
+def _model_note(name: str, m: dict) -> str:
+    window = f", sliding window {m['window']:,}" if m["window"] else ""
+    return (f"<b>{name}</b> ({m['kind']}: {m['layers']} layers x {m['shape']} x {m['head_dim']}{window}) - "
+            f"KV per token: {m['per_token']:,} B in fp16, {m['per_token_fp8']:,} B in fp8 - weights "
+            f"({m['weights_dtype']}): {m['weights'] / GiB:,.1f} GiB = {m['weights'] / GB:,.1f} GB"
+            f"<br><i>source: {m['source']}</i>")
+
+
+def _gpu_note(name: str, g: dict) -> str:
+    return (f"<b>{name}</b> (sold as \"{g['marketed']}\"): {g['memory_bytes'] / GiB:,.1f} GiB = "
+            f"{g['memory_bytes'] / GB:,.1f} GB per GPU; 10% kept for activations; TP=n divides "
+            "weights and KV heads over n such GPUs")
+
+
+def _row_fills(n: int, active: int) -> list:
+    column = ["#FFF3C4" if i == active else ("#F7F7F7" if i % 2 else "white") for i in range(n)]
+    return [column] * len(CALC_COLUMNS)
+
+
+def calculator_figure(data: dict, model: str | None = None, gpu: str | None = None, context_index: int = 3) -> go.Figure:
+    """The static calculator: a model dropdown (restyles the data), a GPU dropdown (shows that
+    GPU's table and curves) and a context slider (highlights a row and marks the chart).
+
+    The three controls change three different properties (data, visibility, row colour and a
+    shape), so any combination of choices shows consistent numbers with no kernel.
+    """
+    models, gpus, contexts, tps = list(data["models"]), list(data["gpus"]), data["contexts"], data["tps"]
+    model, gpu = model or models[0], gpu or gpus[0]
+    xs = list(range(len(contexts)))
+    fig = make_subplots(rows=2, cols=1, row_heights=[0.52, 0.48], vertical_spacing=0.1,
+                        specs=[[{"type": "table"}], [{"type": "xy"}]])
+    table_idx, order = [], []  # trace order: per GPU, one table then one line per TP degree
+
+    def line_y(m: dict, g: str, tp: int) -> list:
+        return [b if b and b > 0 else None for b in (r["batch_tp"][tp] for r in m["cases"][g])]
+
+    for g in gpus:
+        visible = g == gpu
+        rows = data["models"][model]["cases"][g]
+        table_idx.append(len(fig.data))
+        order.append(("table", g, None))
+        fig.add_trace(go.Table(
+            header=dict(values=[f"<b>{c}</b>" for c in CALC_COLUMNS], fill_color="#E8EEF6", font=dict(size=11)),
+            cells=dict(values=_table_columns(rows), fill_color=_row_fills(len(rows), context_index),
+                       font=dict(size=11), height=22), columnwidth=[0.9, 1.1, 1.1, 1.3, 1.1, 1.2, 1.1],
+            visible=visible), row=1, col=1)
+        for j, tp in enumerate(tps):
+            order.append(("line", g, tp))
+            fig.add_trace(go.Scatter(
+                x=xs, y=line_y(data["models"][model], g, tp), mode="lines+markers", name=f"TP={tp}",
+                line=dict(color=COLORS[j % len(COLORS)]), visible=visible, legendgroup=f"tp{tp}",
+                showlegend=True, hovertemplate=f"TP={tp}: %{{y:,}} sequences<extra></extra>"), row=2, col=1)
+
+    def model_args(name: str) -> list:
+        m = data["models"][name]
+        cells, ys = [], []
+        for kind, g, tp in order:
+            cells.append(_table_columns(m["cases"][g]) if kind == "table" else None)
+            ys.append(None if kind == "table" else line_y(m, g, tp))
+        return [{"cells.values": cells, "y": ys}, {"annotations[0].text": _model_note(name, m)}]
+
+    model_menu = [dict(label=name, method="update", args=model_args(name)) for name in models]
+    gpu_menu = [dict(label=g, method="update",
+                     args=[{"visible": [o[1] == g for o in order]},
+                           {"annotations[1].text": _gpu_note(g, data["gpus"][g])}]) for g in gpus]
+    steps = [dict(label=_k(c), method="update",
+                  args=[{"cells.fill.color": [_row_fills(len(contexts), i)] * len(gpus)},
+                        {"shapes[0].x0": i, "shapes[0].x1": i}, table_idx]) for i, c in enumerate(contexts)]
+    fig.add_shape(type="line", x0=context_index, x1=context_index, y0=0, y1=1, xref="x", yref="y domain",
+                  line=dict(color="#E45756", dash="dot"))
+    fig.update_layout(
+        height=760, margin=dict(l=60, r=20, t=150, b=40), title=None,
+        annotations=[dict(text=_model_note(model, data["models"][model]), x=0, y=1.13, xref="paper",
+                          yref="paper", xanchor="left", showarrow=False, align="left", font=dict(size=11)),
+                     dict(text=_gpu_note(gpu, data["gpus"][gpu]), x=0, y=1.05, xref="paper", yref="paper",
+                          xanchor="left", showarrow=False, align="left", font=dict(size=11)),
+                     dict(text="<b>model</b>", x=0, y=1.245, xref="paper", yref="paper", xanchor="right",
+                          yanchor="top", showarrow=False),
+                     dict(text="<b>GPU</b>", x=0.3, y=1.245, xref="paper", yref="paper", xanchor="right",
+                          yanchor="top", showarrow=False)],
+        updatemenus=[dict(buttons=model_menu, active=models.index(model), x=0, xanchor="left", y=1.25,
+                          yanchor="top", direction="down"),
+                     dict(buttons=gpu_menu, active=gpus.index(gpu), x=0.3, xanchor="left", y=1.25,
+                          yanchor="top", direction="down")],
+        sliders=[dict(active=context_index, steps=steps, currentvalue=dict(prefix="highlighted context: "),
+                      pad=dict(t=30), y=-0.02)],
+        legend=dict(orientation="h", x=1, xanchor="right", y=0.45, yanchor="bottom", title_text="fp16 KV:"))
+    fig.update_xaxes(tickvals=xs, ticktext=[_k(c) for c in contexts], title_text="context length (tokens)", row=2, col=1)
+    fig.update_yaxes(type="log", title_text="max concurrent sequences", row=2, col=1)
+    return fig
+
+
+# --- one GPU's memory, for the live calculator ----------------------------------------------------
+def gpu_memory_parts(plan) -> dict:
+    """Plain numbers of one GPU from a :class:`~paged_kv.memory.MemoryPlan` (bytes, per GPU)."""
+    used = plan.weights_bytes + plan.reserve_bytes + plan.kv_bytes
+    return {"title": f"one of {plan.tp} x {plan.gpu}: {plan.batch_size} x {plan.seq_len:,} tokens",
+            "gpu_bytes": plan.gpu_bytes, "parts": {
+                "weights": plan.weights_bytes, "reserve": plan.reserve_bytes,
+                f"KV cache ({plan.kv_dtype})": plan.kv_bytes, "free": max(0, plan.gpu_bytes - used)}}
+
+
+def gpu_memory_figure(parts: dict) -> go.Figure:
+    """One horizontal stacked bar of a GPU's memory in GiB, with the card's capacity marked."""
+    fig = go.Figure()
+    colors = [COLORS[0], "#BAB0AC", COLORS[1], "#EEEEEE"]
+    for (name, n), color in zip(parts["parts"].items(), colors):
+        fig.add_trace(go.Bar(y=["GPU"], x=[n / GiB], name=name, orientation="h", marker_color=color,
+                             hovertemplate=f"{name}: %{{x:,.2f}} GiB<extra></extra>"))
+    cap = parts["gpu_bytes"] / GiB
+    fig.add_vline(x=cap, line=dict(color="#E45756", dash="dash"), annotation_text=f"{cap:,.1f} GiB")
+    fig.update_layout(barmode="stack", height=200, margin=dict(l=40, r=20, t=40, b=30),
+                      title=dict(text=parts["title"], font=dict(size=13)), xaxis_title="GiB",
+                      legend=dict(orientation="h", y=-0.5))
+    return fig
