@@ -122,7 +122,7 @@ def store_kv(k, v, k_cache, v_cache, slot_mapping):
     check_kernel_dtype(k.dtype, k.device)
     if T == 0:
         return
-    lo, hi = int(slot_mapping.min()), int(slot_mapping.max())
+    lo, hi = torch.stack([slot_mapping.min(), slot_mapping.max()]).tolist()   # one sync
     if lo < -1 or hi >= NB * BS:
         bad = lo if lo < -1 else hi
         raise CacheError(f"slot {bad} is outside the cache's {NB} blocks x {BS} slots "

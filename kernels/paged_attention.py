@@ -36,7 +36,7 @@ import torch
 
 from paged_kv.errors import CacheError, TensorError
 
-from ._checks import check_qkv, check_seq_lens, check_tensor
+from ._checks import check_qkv, check_tensor
 from ._runtime import require_triton, tl, triton
 from .cache_ops import cache_offset
 from .decode_attention import _decode_combine_kernel, choose_num_splits, decode_attention_reference
@@ -151,31 +151,39 @@ def _paged_decode_split_kernel(
     tl.store(PartLse + row, lse, mask=mask_g)
 
 
-def check_block_tables(block_tables, seq_lens, num_blocks: int, block_size: int, B: int, device) -> None:
+def check_block_tables(block_tables, seq_lens, num_blocks: int, block_size: int, B: int, device) -> int:
     """The table is int32 ``[B, max_blocks]``, covers every sequence, and points into the pool.
 
+    One host-device sync for all the value checks (each ``.item()`` stalls a GPU's queue).
+    Returns the longest sequence (tokens), 0 for an empty batch.
+
     Raises:
-        TensorError: wrong dtype/shape/device, or ``seq_lens[b]`` more than the table covers.
+        TensorError: wrong dtype/shape/device, ``seq_lens[b] < 1``, or more than the table covers.
         CacheError: a block id the sequences use (padding excluded) outside ``0 .. NB - 1``.
     """
+    check_tensor("seq_lens", seq_lens, 1, dtype=torch.int32, device=device)
     check_tensor("block_tables", block_tables, 2, dtype=torch.int32, device=device)
-    if block_tables.shape[0] != B:
-        raise TensorError(f"block_tables has {block_tables.shape[0]} rows for a batch of {B}")
-    check_seq_lens(seq_lens, B, 2**31 - 1, device)
+    if seq_lens.shape[0] != B or block_tables.shape[0] != B:
+        raise TensorError(f"seq_lens has {seq_lens.shape[0]} entries and block_tables "
+                          f"{block_tables.shape[0]} rows for a batch of {B}")
     if B == 0:
-        return
+        return 0
+    lens = seq_lens.long()
+    used = (torch.arange(block_tables.shape[1], device=device)[None, :]
+            < (lens[:, None] + block_size - 1) // block_size)                # (B, max_blocks)
+    ids = torch.where(used, block_tables, 0)                                  # padding -> 0
+    shortest, longest, lo, hi = torch.stack([lens.min(), lens.max(), ids.min().long(),
+                                             ids.max().long()]).tolist()
     covered = block_tables.shape[1] * block_size
-    longest = int(seq_lens.max())
+    if shortest < 1:
+        raise TensorError(f"seq_lens must be >= 1, got {shortest}")
     if longest > covered:
         raise TensorError(f"seq_lens has {longest} tokens, more than the block table covers "
                           f"({block_tables.shape[1]} blocks x {block_size} slots = {covered})")
-    used = (torch.arange(block_tables.shape[1], device=device)[None, :]
-            < (seq_lens.long()[:, None] + block_size - 1) // block_size)        # (B, max_blocks)
-    ids = block_tables[used]
-    lo, hi = int(ids.min()), int(ids.max())
     if lo < 0 or hi >= num_blocks:
         raise CacheError(f"block table holds block id {lo if lo < 0 else hi}, outside the "
                          f"cache's blocks 0..{num_blocks - 1}")
+    return longest
 
 
 def paged_decode_attention(q, k_cache, v_cache, block_tables, seq_lens, scale=None,
@@ -210,7 +218,7 @@ def paged_decode_attention(q, k_cache, v_cache, block_tables, seq_lens, scale=No
         raise TensorError(f"k_cache and v_cache must share strides, got {k_cache.stride()} and {v_cache.stride()}")
     B, H, D = q.shape
     NB, BS, Hkv = k_cache.shape[:3]
-    check_block_tables(block_tables, seq_lens, NB, BS, B, q.device)
+    max_len = check_block_tables(block_tables, seq_lens, NB, BS, B, q.device)
     if B == 0:
         return torch.empty_like(q)
     require_triton()
@@ -218,7 +226,6 @@ def paged_decode_attention(q, k_cache, v_cache, block_tables, seq_lens, scale=No
     block_tables = block_tables.contiguous()
     scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
     group = H // Hkv
-    max_len = int(seq_lens.max())
     S = num_splits or choose_num_splits(B * Hkv, max_len, block_n, q.device)
     tokens_per_split = triton.cdiv(triton.cdiv(max_len, S), block_n) * block_n
     S = triton.cdiv(max_len, tokens_per_split)

@@ -157,7 +157,7 @@ def _args(**bad):
     (dict(lens=torch.tensor([0, 3], dtype=torch.int32)), TensorError, ">= 1"),
     (dict(lens=torch.tensor([3, 3])), TensorError, "int32"),
     (dict(tables=torch.tensor([[0, 1], [2, 0]])), TensorError, "int32"),
-    (dict(tables=torch.tensor([[0, 1]], dtype=torch.int32)), TensorError, "1 rows for a batch of 2"),
+    (dict(tables=torch.tensor([[0, 1]], dtype=torch.int32)), TensorError, "block_tables 1 rows for a batch of 2"),
     (dict(tables=torch.tensor([[0, 3], [2, 0]], dtype=torch.int32)), CacheError, "block id 3"),
     (dict(tables=torch.tensor([[0, 1], [-1, 0]], dtype=torch.int32)), CacheError, "block id -1"),
     (dict(q=torch.zeros(2, 3, 64)), TensorError, "not a multiple"),
