@@ -24,6 +24,7 @@ block), so 10,000 requests take seconds (``benchmarks/simulate_bench.py``).
 from __future__ import annotations
 
 import heapq
+import inspect
 import math
 from collections import deque
 from dataclasses import dataclass, field
@@ -183,7 +184,7 @@ def _layout_steps(layouts) -> tuple[int, set]:
 
 def simulate(trace: Trace, policy: MemoryPolicy, *, iteration_time: IterationTime | None = None,
              max_batch: int = 256, max_prefill_tokens: int | None = None, layouts=None,
-             check: bool = False) -> SimResult:
+             layout_times=None, check: bool = False) -> SimResult:
     """Run ``trace`` through ``policy`` (a fresh one: it is mutated) until every request finishes.
 
     Args:
@@ -193,6 +194,8 @@ def simulate(trace: Trace, policy: MemoryPolicy, *, iteration_time: IterationTim
             admission of a step is always allowed.
         layouts: record the slot-by-slot :class:`Layout` every ``k`` steps (an int) or at the
             given step numbers (an iterable); ``None`` records none.
+        layout_times: also record one at the first step starting at or after each of these
+            times (s), so runs of different policies over one trace can be compared frame by frame.
         check: after every step, recount the pool from its layout (:meth:`MemoryPolicy.check`:
             categories sum to the pool, no slot owned twice, paging's ``BS - 1`` bound).  Slow.
 
@@ -212,6 +215,8 @@ def simulate(trace: Trace, policy: MemoryPolicy, *, iteration_time: IterationTim
             raise ConfigError(f"request {i} (prompt {P[i]}, output {O[i]}) can never fit {policy!r} "
                               f"with max_seq_len {policy.max_seq_len}")
     every, at = _layout_steps(layouts)
+    times = sorted(float(t) for t in (() if layout_times is None else layout_times))
+    ti = 0
     idle_external = policy.split_free(None)[0]
     p_now, o_left = P[:], O[:]  # a recompute preemption turns generated tokens into prompt
     first_admit, finish = [math.nan] * N, [math.nan] * N
@@ -268,7 +273,10 @@ def simulate(trace: Trace, policy: MemoryPolicy, *, iteration_time: IterationTim
         dt = base + k_kv * tok + k_pf * prefill
         if check:
             policy.check(head)
-        if (every and step % every == 0) or step in at:
+        due = ti < len(times) and clock >= times[ti]
+        while ti < len(times) and clock >= times[ti]:
+            ti += 1
+        if due or (every and step % every == 0) or step in at:
             owner, cat = policy.layout(head)
             recorded.append(Layout(step, clock, owner, cat))
         t_start = clock
@@ -343,7 +351,7 @@ class ServingSetup:
 
     def run(self, name: str, trace: Trace | None = None, seed: int = 0, **kwargs) -> SimResult:
         """Simulate policy ``name`` (kwargs: policy options, or :func:`simulate` options)."""
-        sim_keys = {"max_batch", "max_prefill_tokens", "layouts", "check", "iteration_time"}
+        sim_keys = set(inspect.signature(simulate).parameters) - {"trace", "policy"}
         sim = {k: kwargs.pop(k) for k in list(kwargs) if k in sim_keys}
         sim.setdefault("iteration_time", self.iteration_time())
         return simulate(trace if trace is not None else self.trace(seed), self.policy(name, **kwargs), **sim)

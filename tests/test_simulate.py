@@ -193,3 +193,43 @@ def test_comparison_table(paper_runs):
     text = format_table(rows)
     assert "30.42" in text and "96.3%" in text and "20.4%–38.2%" in text
     assert text.count("\n") == len(rows) + 1
+
+
+# --- figures and the live panel (chapter 4) --------------------------------------------------
+def test_strip_rows_bins_by_majority_category():
+    from paged_kv.viz.fragmentation import strip_rows
+    owner = np.array([-1, 3, 3, 3, 12, 12, -1], np.int32)
+    cat = np.array([4, 0, 0, 2, 0, 1, 3], np.int8)
+    rows = strip_rows(owner, cat, bin_slots=3)  # bins [-1,3,3] [3,12,12] [-1 + 2 pad]
+    assert rows[0].tolist() == [1 + 3, 1 + 3, 0]          # first owned slot's request colour
+    assert rows[1].tolist() == [11 + 0, 11 + 0, 11 + 4]  # token, token, free (pad counts as free)
+    assert strip_rows(owner, cat)[1].tolist() == (11 + cat).tolist()
+
+
+def test_strip_figure_has_one_frame_per_layout():
+    from paged_kv.viz.fragmentation import strip_figure
+    tr = trace_from_rows([(0, 2, 1), (0, 1, 2), (0, 1, 1), (1, 3, 2)])
+    runs = {name: simulate(tr, make_policy(name, 10, 10, **kw), layout_times=[0, 1, 2]).layouts
+            for name, kw in (("oracle", {}), ("paged", {"block_size": 2}))}
+    assert [len(v) for v in runs.values()] == [3, 3]
+    fig = strip_figure(runs, title="tiny")
+    assert len(fig.frames) == 3 and len(fig.layout.sliders[0].steps) == 3
+    assert np.asarray(fig.frames[1].data[0].z).shape == (4, 10)  # 2 rows per run, one column per slot
+    static = strip_figure(runs, replay=False)
+    assert not static.frames and not static.layout.sliders
+    with pytest.raises(ConfigError, match="same number"):
+        strip_figure({"a": runs["oracle"], "b": runs["paged"][:2]})
+
+
+@pytest.mark.parametrize("use_figure_widget", [None, False])
+def test_strip_panel_resimulates_on_change(use_figure_widget):
+    from paged_kv.widgets.fragmentation import strip_panel
+    panel = strip_panel(num_requests=60, frames=8, horizon_s=20.0, use_figure_widget=use_figure_widget)
+    (policy, placement, block), (rate, when) = panel.children[0].children, panel.children[1].children
+    assert panel.state["res"].policy == "Orca (Oracle)" and block.disabled
+    policy.value = "paged"
+    assert panel.state["res"].policy == "paged" and not block.disabled and placement.disabled
+    block.value = 64
+    assert panel.state["res"].block_size == 64
+    when.value = 3
+    assert "mean batch" in panel.children[2].value

@@ -1,0 +1,233 @@
+"""Figures for chapter 4: where contiguous allocation wastes KV memory, and what paging recovers.
+
+Pure functions of what :func:`paged_kv.simulate.simulate` recorded (layouts, step arrays,
+summaries), so the static book replays them without a kernel:
+
+* :func:`strip_figure`: the pool as a horizontal strip of slots, two rows per policy (which
+  request owns each slot; which category it is in), plotly frames + slider over time.
+* :func:`category_bars`: one stacked bar per policy in the vLLM paper's Fig. 2 categories.
+* :func:`batch_figure`: running requests over time (the paper's Fig. 13 is its average).
+* :func:`rate_figure`: mean batch against request rate (where each policy hits its memory limit).
+* :func:`block_size_figure`: paging's waste and batch against block size.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+import numpy as np
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from ..errors import ConfigError
+from . import COLORS, FREE_COLOR
+
+CATEGORY_LABELS = {"token_states": "token states", "reserved": "reserved (future tokens)",
+                   "internal": "internal fragmentation", "external": "external fragmentation",
+                   "free": "free"}
+# Kept apart from the request palette COLORS: dark green = stored, light green = will be stored,
+# dark orange / dark red = never stored (internal / external fragmentation), grey = free.
+CATEGORY_COLORS = {"token_states": "#1B7837", "reserved": "#A6DBA0", "internal": "#E08214",
+                   "external": "#B2182B", "free": FREE_COLOR}
+_CATS = list(CATEGORY_LABELS)
+# One discrete colour scale for both strip rows: 0 unowned; 1..10 request colours; 11..15 categories.
+_STRIP_COLORS = [FREE_COLOR, *COLORS, *CATEGORY_COLORS.values()]
+
+
+def _discrete_scale(colors: Sequence[str]) -> list:
+    n = len(colors)
+    scale = []
+    for i, c in enumerate(colors):
+        scale += [[i / n, c], [(i + 1) / n, c]]
+    return scale
+
+
+def strip_rows(owner: np.ndarray, category: np.ndarray, bin_slots: int = 1) -> np.ndarray:
+    """``[2, ceil(pool / bin_slots)]`` strip codes: row 0 the owner's colour (1 + rid % 10, 0 none),
+    row 1 the category (11 + index in CATEGORIES).  A bin shows its most common category, and
+    the owner of the bin's first owned slot (0 if the bin holds no owned slot)."""
+    pool = len(owner)
+    nb = -(-pool // bin_slots)
+    pad = nb * bin_slots - pool
+    own = np.concatenate([owner, np.full(pad, -1, owner.dtype)]).reshape(nb, bin_slots)
+    cat = np.concatenate([category, np.full(pad, _CATS.index("free"), category.dtype)]).reshape(nb, bin_slots)
+    counts = np.stack([(cat == k).sum(1) for k in range(len(_CATS))], axis=1)
+    top_cat = counts.argmax(1)
+    has = own >= 0
+    first = np.where(has.any(1), own[np.arange(nb), has.argmax(1)], -1)
+    return np.stack([np.where(first >= 0, 1 + first % len(COLORS), 0), 11 + top_cat]).astype(np.int8)
+
+
+def _strip_z(runs: Mapping[str, Sequence], i: int, bin_slots: int) -> np.ndarray:
+    return np.concatenate([strip_rows(lays[i].owner, lays[i].category, bin_slots) for lays in runs.values()])
+
+
+def _strip_caption(runs: Mapping[str, Sequence], i: int, title: str) -> str:
+    t = next(iter(runs.values()))[i].time_s
+    head = f"{title}<br>" if title else ""
+    return f"{head}<sup>t = {t:.1f} s · top row of each pair: owning request; bottom row: category</sup>"
+
+
+def strip_figure(runs: Mapping[str, Sequence], title: str = "", max_bins: int = 240,
+                 active: int | None = None, replay: bool = True, height: int | None = None) -> go.Figure:
+    """The pool as strips of slots, one pair of rows per run, with a slider over recorded layouts.
+
+    Args:
+        runs: label -> list of :class:`~paged_kv.simulate.Layout` (same pool size and count in
+            every run; record them with ``simulate(..., layout_times=...)`` for aligned frames).
+        max_bins: at most this many columns; ``bin_slots = ceil(pool / max_bins)`` slots each.
+        active: the layout shown first (default: the last).
+        replay: a frame per layout, a slider and a play button (static book); ``False`` draws
+            ``active`` only (the live widget).
+    """
+    runs = {k: list(v) for k, v in runs.items()}
+    first = next(iter(runs.values()))
+    n = len(first)
+    pool = len(first[0].owner) if n else 0
+    if n == 0 or any(len(v) != n or len(v[0].owner) != pool for v in runs.values()):
+        raise ConfigError("strip_figure needs the same number of layouts of the same pool in every run, got "
+                          + ", ".join(f"{k}: {len(v)}" for k, v in runs.items()))
+    bin_slots = max(1, -(-pool // max_bins))
+    active = n - 1 if active is None else active
+    ylabels = [f"{k} · {what}" for k in runs for what in ("request", "category")]
+    x = np.arange(-(-pool // bin_slots)) * bin_slots
+    heat = go.Heatmap(z=_strip_z(runs, active, bin_slots), x=x, y=ylabels, zmin=-0.5, zmax=15.5,
+                      colorscale=_discrete_scale(_STRIP_COLORS), showscale=False, xgap=0, ygap=3,
+                      hovertemplate="slot %{x}<br>%{y}<extra></extra>")
+    fig = go.Figure(heat)
+    for c in _CATS:  # legend entries for the category colours (the request colours need none)
+        fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=CATEGORY_LABELS[c],
+                                 marker=dict(symbol="square", size=12, color=CATEGORY_COLORS[c],
+                                             line=dict(color="#999", width=1))))
+    unit = "slot" if bin_slots == 1 else f"slot (one column = {bin_slots} slots)"
+    fig.update_layout(title=dict(text=_strip_caption(runs, active, title), x=0.01, font=dict(size=14)),
+                      height=height or 190 + 42 * len(ylabels), margin=dict(l=10, r=10, t=70, b=70),
+                      xaxis=dict(title=unit, range=[-0.5 * bin_slots, pool], showgrid=False, zeroline=False),
+                      yaxis=dict(autorange="reversed", showgrid=False, zeroline=False), plot_bgcolor="white",
+                      legend=dict(orientation="h", y=1.0, yanchor="bottom", x=1, xanchor="right"))
+    if replay and n > 1:
+        fig.frames = [go.Frame(name=str(i), data=[go.Heatmap(z=_strip_z(runs, i, bin_slots))], traces=[0],
+                               layout=go.Layout(title_text=_strip_caption(runs, i, title))) for i in range(n)]
+        steps = [dict(method="animate", label=f"{first[i].time_s:.0f}",
+                      args=[[str(i)], dict(mode="immediate", frame=dict(duration=0, redraw=True),
+                                           transition=dict(duration=0))]) for i in range(n)]
+        fig.update_layout(sliders=[dict(active=active, steps=steps, x=0.08, len=0.9, y=0, yanchor="top",
+                                        currentvalue=dict(prefix="t (s) = "), pad=dict(t=40))],
+                          updatemenus=[dict(type="buttons", showactive=False, x=0, y=0, xanchor="left",
+                                            yanchor="top", pad=dict(t=40), buttons=[dict(
+                                                label="▶", method="animate",
+                                                args=[None, dict(frame=dict(duration=400, redraw=True),
+                                                                 fromcurrent=True, mode="immediate")])])])
+    return fig
+
+
+def refresh_strip(fig, runs: Mapping[str, Sequence], index: int, title: str = "", max_bins: int = 240) -> None:
+    """Show layout ``index`` in a :func:`strip_figure` made with ``replay=False`` (e.g. a FigureWidget)."""
+    runs = {k: list(v) for k, v in runs.items()}
+    pool = len(next(iter(runs.values()))[0].owner)
+    bin_slots = max(1, -(-pool // max_bins))
+    ylabels = [f"{k} · {what}" for k in runs for what in ("request", "category")]
+    with fig.batch_update():
+        fig.data[0].z = _strip_z(runs, index, bin_slots)
+        fig.data[0].y = ylabels
+        fig.layout.title.text = _strip_caption(runs, index, title)
+
+
+def category_bars(shares: Mapping[str, Mapping[str, float]], paper: Mapping[str, object] | None = None,
+                  title: str = "Where the KV memory goes") -> go.Figure:
+    """One horizontal stacked bar per policy: % of the memory in use per category (Fig. 2's basis).
+
+    Args:
+        shares: label -> ``SimResult.used_shares()`` (categories except ``free``, summing to 1).
+        paper: label -> the paper's token-state share (a float, or a ``(low, high)`` range),
+            drawn as a black marker (a range as an error bar) on the token-state segment.
+    """
+    labels = list(shares)
+    fig = go.Figure()
+    for c in _CATS[:-1]:
+        vals = [100 * shares[k][c] for k in labels]
+        fig.add_trace(go.Bar(y=labels, x=vals, orientation="h", name=CATEGORY_LABELS[c],
+                             marker_color=CATEGORY_COLORS[c], text=[f"{v:.1f}%" if v >= 6 else "" for v in vals],
+                             textposition="inside", insidetextanchor="start", hovertemplate="%{y}: %{x:.1f}%<extra>" + CATEGORY_LABELS[c] + "</extra>"))
+    if paper:
+        ys, xs, half, sym, text = [], [], [], [], []
+        for k, v in paper.items():
+            a, b = (v, v) if isinstance(v, (int, float)) else v
+            ys.append(k), xs.append(50 * (a + b)), half.append(50 * (b - a))
+            sym.append("diamond" if a == b else "line-ns")  # a range: just its bar, no midpoint
+            text.append(f"{100 * a:.1f}%" if a == b else f"{100 * a:.1f}–{100 * b:.1f}%")
+        fig.add_trace(go.Scatter(y=ys, x=xs, mode="markers", name="paper, Fig. 2: token states (a range for existing systems)",
+                                 marker=dict(symbol=sym, size=9, color="black", line=dict(width=1)),
+                                 error_x=dict(type="data", array=half, color="black", thickness=1.5, width=6),
+                                 customdata=text, hovertemplate="paper: %{customdata}<extra></extra>"))
+    fig.update_layout(barmode="stack", title=title, height=120 + 55 * len(labels),
+                      xaxis=dict(title="% of the KV memory in use", range=[0, 100]),
+                      yaxis=dict(autorange="reversed"), margin=dict(l=10, r=20, t=50, b=40),
+                      legend=dict(orientation="h", y=-0.25, traceorder="normal"))
+    return fig
+
+
+def batch_figure(series: Mapping[str, tuple[np.ndarray, np.ndarray, np.ndarray]], t_max: float | None = None,
+                 bin_s: float = 5.0, paper: Mapping[str, float] | None = None,
+                 title: str = "Requests in the batch over time") -> go.Figure:
+    """Running requests over time, averaged over ``bin_s``-second bins (keeps the page small).
+
+    Args:
+        series: label -> ``(time_s, dt_s, running)`` step arrays of a run.
+        paper: label -> the paper's average batch (Fig. 13a), drawn as a dotted line.
+    """
+    fig = go.Figure()
+    for i, (label, (t, dt, run)) in enumerate(series.items()):
+        end = float(t_max if t_max is not None else (t + dt).max())
+        edges = np.arange(0.0, end + bin_s, bin_s)
+        # time-weighted mean per bin from the running integral; idle time counts as an empty batch
+        before = np.concatenate([[0.0], np.cumsum(run * dt)])  # integral up to each step's start
+        k = np.searchsorted(t, edges, side="right") - 1  # the step each edge falls in (or after)
+        kk = np.maximum(k, 0)
+        inside = np.where(k >= 0, np.clip(edges - t[kk], 0, dt[kk]), 0.0)
+        integral = np.where(k >= 0, before[kk] + run[kk] * inside, 0.0)
+        area = np.diff(integral) / bin_s
+        color = COLORS[i % len(COLORS)]
+        fig.add_trace(go.Scatter(x=np.round(edges[:-1] + bin_s / 2, 1), y=np.round(area, 2), mode="lines",
+                                 name=label, line=dict(color=color)))
+        if paper and label in paper:
+            fig.add_hline(y=paper[label], line=dict(color=color, dash="dot", width=1))
+    fig.update_layout(title=title + ("<br><sup>dotted: the paper's averages (Fig. 13a)</sup>" if paper else ""),
+                      xaxis_title="time (s)", yaxis_title="running requests", height=380,
+                      margin=dict(l=60, r=20, t=70, b=50), legend=dict(orientation="h", y=-0.2))
+    return fig
+
+
+def rate_figure(rates: Sequence[float], batches: Mapping[str, Sequence[float]],
+                paper: Mapping[str, float] | None = None, paper_rate: float = 2.0,
+                title: str = "Mean batch against request rate") -> go.Figure:
+    """Mean batch per policy as the arrival rate grows; the paper's Fig. 13a points as diamonds."""
+    fig = go.Figure()
+    for i, (label, ys) in enumerate(batches.items()):
+        color = COLORS[i % len(COLORS)]
+        fig.add_trace(go.Scatter(x=list(rates), y=[round(float(y), 2) for y in ys], mode="lines+markers",
+                                 name=label, line=dict(color=color), marker=dict(size=5)))
+        if paper and label in paper:
+            fig.add_trace(go.Scatter(x=[paper_rate], y=[paper[label]], mode="markers", showlegend=False,
+                                     marker=dict(symbol="diamond-open", size=12, color=color, line=dict(width=2)),
+                                     hovertemplate=f"paper (Fig. 13a), {label}: %{{y}}<extra></extra>"))
+    fig.update_layout(title=title + "<br><sup>open diamonds: the paper's averages at 2 req/s</sup>",
+                      xaxis_title="request rate (req/s)", yaxis_title="mean running requests",
+                      height=400, margin=dict(l=60, r=20, t=70, b=50), legend=dict(orientation="h", y=-0.2))
+    return fig
+
+
+def block_size_figure(block_sizes: Sequence[int], waste: Sequence[float], batch: Sequence[float],
+                      title: str = "Paging: waste and batch against block size") -> go.Figure:
+    """Waste (% of memory in use not holding token states) and mean batch per block size."""
+    fig = make_subplots(specs=[[{"secondary_y": True}]])
+    xs = [str(b) for b in block_sizes]
+    fig.add_trace(go.Bar(x=xs, y=[round(100 * w, 2) for w in waste], name="waste (% of memory in use)",
+                         marker_color=CATEGORY_COLORS["internal"]), secondary_y=False)
+    fig.add_trace(go.Scatter(x=xs, y=[round(float(b), 2) for b in batch], name="mean batch",
+                             mode="lines+markers", line=dict(color=COLORS[0])), secondary_y=True)
+    fig.update_layout(title=title, height=380, margin=dict(l=60, r=60, t=50, b=50),
+                      legend=dict(orientation="h", y=-0.25), xaxis_title="block size (slots)")
+    fig.update_yaxes(title_text="waste (%)", secondary_y=False)
+    fig.update_yaxes(title_text="mean running requests", secondary_y=True)
+    return fig
