@@ -85,7 +85,7 @@ def format_rows(rows: list[dict]) -> str:
     for r in rows:
         ratio = f"{r['vs_sdpa']:.2f}x" if r["vs_sdpa"] else "-"
         # Other ratios a module adds as vs_<name>=... (e.g. vs_contig) print as "<name> 1.23x".
-        more = "".join(f"  {k[3:]} {v:.2f}x" for k, v in r.items() if k.startswith("vs_") and k != "vs_sdpa" and v)
+        more = "".join(f"  {k[3:]} {v:.3g}x" for k, v in r.items() if k.startswith("vs_") and k != "vs_sdpa" and v)
         lines.append(f"{r['kernel']:<26} {r['shape']:<36} {r['dtype']:<9} {r['ms']:>9.3f} "
                      f"{r['rate']:>9.3g} {r['unit']:<4} {ratio:>8}{more}")
     return "\n".join(lines)
