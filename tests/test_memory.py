@@ -208,19 +208,17 @@ def test_formula_equals_allocation_full_scale_on_meta():
 
 
 def test_formula_equals_paged_cache_allocation():
-    paged = None
-    for module in ("paged_kv.paged_cache", "paged_kv.caches"):
-        try:
-            paged = getattr(__import__(module, fromlist=["PagedKVCache"]), "PagedKVCache", None)
-        except ImportError:
-            continue
-        if paged is not None:
-            break
-    if paged is None:
-        pytest.skip("PagedKVCache does not exist yet")
-    cfg = ModelConfig()
-    cache = paged(cfg, num_blocks=10, block_size=16, dtype=torch.float16)
-    assert cache.nbytes == kv_cache_bytes(cfg, 16, 10)  # 10 blocks of 16 token slots
+    from paged_kv.paged_cache import PagedKVCache
+
+    cfg = ModelConfig()  # the tiny model's shape: 10 blocks of 16 token slots
+    cache = PagedKVCache(cfg, num_blocks=10, block_size=16, dtype=torch.float16)
+    allocated = sum(t.untyped_storage().nbytes() for t in cache.k_cache + cache.v_cache)
+    assert cache.nbytes == allocated == 10 * 16 * kv_bytes_per_token(cfg) == kv_cache_bytes(cfg, 16, 10)
+    # Llama-3-8B at full size on the meta device: 4,096 blocks of 16 tokens = 8 GiB in fp16
+    big = ModelConfig(vocab_size=128256, hidden_size=4096, num_layers=32, num_heads=32, num_kv_heads=8,
+                      intermediate_size=14336, max_seq_len=8192)
+    cache = PagedKVCache(big, num_blocks=4096, block_size=16, dtype=torch.float16, device="meta")
+    assert cache.nbytes == kv_cache_bytes("Llama-3-8B", 4096 * 16, 1) == 8 * GiB
 
 
 # --- weights and GPUs --------------------------------------------------------------------------

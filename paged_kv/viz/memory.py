@@ -60,7 +60,7 @@ def kv_vs_weights_figure(data: dict) -> go.Figure:
         title=f"KV cache ({data['kv_dtype']}) relative to the weights, as the context grows",
         xaxis=dict(title="context length (tokens per sequence)", type="log", tickvals=x,
                    ticktext=[_k(c) for c in x]),
-        yaxis=dict(title="KV cache / weights", type="log"), height=460,
+        yaxis=dict(title="KV cache / weights", type="log", exponentformat="none"), height=460,
         margin=dict(l=60, r=20, t=90, b=50), legend=dict(font=dict(size=10)),
         updatemenus=[dict(buttons=buttons, direction="down", x=0.0, xanchor="left", y=1.13, yanchor="top")])
     return fig
@@ -84,6 +84,7 @@ def gpu_fit_figure(data: dict) -> go.Figure:
         y = data["batch"][c0][g]
         fig.add_trace(go.Bar(x=data["models"], y=y, name=g, marker_color=COLORS[i % len(COLORS)],
                              text=[f"{v:,}" for v in y], textposition="outside", cliponaxis=False,
+                             textfont=dict(size=9),
                              hovertemplate=f"{g}: %{{y:,}} sequences<extra>%{{x}}</extra>"))
     steps = []
     for c in data["contexts"]:
@@ -91,12 +92,13 @@ def gpu_fit_figure(data: dict) -> go.Figure:
         steps.append(dict(label=_k(c), method="restyle",
                           args=[{"y": ys, "text": [[f"{v:,}" for v in y] for y in ys]}]))
     fig.update_layout(
-        barmode="group", height=460, margin=dict(l=60, r=20, t=60, b=40),
-        title=f"Sequences that fit on one GPU (TP={data['tp']}, KV in {data['kv_dtype']}, "
-              "weights in their serving dtype, 10% reserve); 0 = the weights alone do not fit",
-        title_font_size=13, yaxis=dict(title="concurrent sequences", type="log"),
-        legend=dict(orientation="h", y=1.02, x=1, xanchor="right", yanchor="bottom"),
-        sliders=[dict(active=0, steps=steps, currentvalue=dict(prefix="context length: "), pad=dict(t=40))])
+        barmode="group", height=480, margin=dict(l=60, r=20, t=70, b=40),
+        title=f"Sequences that fit on one GPU (TP={data['tp']}, KV in {data['kv_dtype']}, 10% reserve)"
+              "<br><sup>weights in their serving dtype; no bar: the weights alone do not fit</sup>",
+        title_font_size=14, yaxis=dict(title="concurrent sequences", type="log"),
+        uniformtext=dict(minsize=8, mode="hide"),
+        legend=dict(orientation="h", y=-0.12, x=0.5, xanchor="center", yanchor="top"),
+        sliders=[dict(active=0, steps=steps, currentvalue=dict(prefix="context length: "), pad=dict(t=70))])
     return fig
 
 
@@ -137,8 +139,9 @@ def attention_variants_figure(data: dict) -> go.Figure:
 
 
 # --- the static calculator -----------------------------------------------------------------------
-CALC_COLUMNS = ["context (tokens)", "KV / sequence", "share of one GPU / sequence", "max batch, TP=1",
-                "KV at that batch", "max batch, fp8 KV, TP=1", "max batch, TP=8"]
+CALC_COLUMNS = ["context (tokens)", "KV / sequence", "share of one GPU", "max batch",
+                "KV at that batch", "max batch, fp8 KV", "max batch, TP=8"]
+NO_ROOM = "✗"  # the weights alone do not fit
 
 
 def _fit(spec, gpu: str, context: int, kv_dtype: str = "fp16", tp: int = 1):
@@ -177,7 +180,7 @@ def calculator_data(models: Sequence[str], gpus: Sequence[str], contexts: Sequen
 
 
 def _fmt_batch(b) -> str:
-    return "-" if b is None else ("weights do not fit" if b < 0 else f"{b:,}")
+    return "-" if b is None else (NO_ROOM if b < 0 else f"{b:,}")
 
 
 def _table_columns(rows: list) -> list:
@@ -192,16 +195,16 @@ def _table_columns(rows: list) -> list:
 
 def _model_note(name: str, m: dict) -> str:
     window = f", sliding window {m['window']:,}" if m["window"] else ""
-    return (f"<b>{name}</b> ({m['kind']}: {m['layers']} layers x {m['shape']} x {m['head_dim']}{window}) - "
-            f"KV per token: {m['per_token']:,} B in fp16, {m['per_token_fp8']:,} B in fp8 - weights "
-            f"({m['weights_dtype']}): {m['weights'] / GiB:,.1f} GiB = {m['weights'] / GB:,.1f} GB"
-            f"<br><i>source: {m['source']}</i>")
+    cached = m["shape"] if m["kind"] == "MLA" else f"{m['shape']} x {m['head_dim']}"
+    return (f"<b>{name}</b>: {m['kind']}, {m['layers']} layers x {cached}{window} "
+            f"<i>({m['source']})</i><br>KV per token: {m['per_token']:,} B in fp16, {m['per_token_fp8']:,} B in fp8"
+            f"<br>weights ({m['weights_dtype']}): {m['weights'] / GiB:,.1f} GiB = {m['weights'] / GB:,.1f} GB")
 
 
 def _gpu_note(name: str, g: dict) -> str:
     return (f"<b>{name}</b> (sold as \"{g['marketed']}\"): {g['memory_bytes'] / GiB:,.1f} GiB = "
-            f"{g['memory_bytes'] / GB:,.1f} GB per GPU; 10% kept for activations; TP=n divides "
-            "weights and KV heads over n such GPUs")
+            f"{g['memory_bytes'] / GB:,.1f} GB per GPU, 10% kept for activations<br>"
+            f"table: TP=1 and fp16 KV unless the column says; {NO_ROOM}: the weights alone do not fit")
 
 
 def _row_fills(n: int, active: int) -> list:
@@ -234,7 +237,7 @@ def calculator_figure(data: dict, model: str | None = None, gpu: str | None = No
         fig.add_trace(go.Table(
             header=dict(values=[f"<b>{c}</b>" for c in CALC_COLUMNS], fill_color="#E8EEF6", font=dict(size=11)),
             cells=dict(values=_table_columns(rows), fill_color=_row_fills(len(rows), context_index),
-                       font=dict(size=11), height=22), columnwidth=[0.9, 1.1, 1.1, 1.3, 1.1, 1.2, 1.1],
+                       font=dict(size=11), height=22), columnwidth=[1.1, 1.1, 1, 1, 1.1, 1, 1],
             visible=visible), row=1, col=1)
         for j, tp in enumerate(tps):
             order.append(("line", g, tp))
@@ -260,19 +263,19 @@ def calculator_figure(data: dict, model: str | None = None, gpu: str | None = No
                         {"shapes[0].x0": i, "shapes[0].x1": i}, table_idx]) for i, c in enumerate(contexts)]
     fig.add_shape(type="line", x0=context_index, x1=context_index, y0=0, y1=1, xref="x", yref="y domain",
                   line=dict(color="#E45756", dash="dot"))
+    note = dict(xref="paper", yref="paper", x=0, xanchor="left", yanchor="top", showarrow=False,
+                align="left", font=dict(size=11))
     fig.update_layout(
-        height=760, margin=dict(l=60, r=20, t=150, b=40), title=None,
-        annotations=[dict(text=_model_note(model, data["models"][model]), x=0, y=1.13, xref="paper",
-                          yref="paper", xanchor="left", showarrow=False, align="left", font=dict(size=11)),
-                     dict(text=_gpu_note(gpu, data["gpus"][gpu]), x=0, y=1.05, xref="paper", yref="paper",
-                          xanchor="left", showarrow=False, align="left", font=dict(size=11)),
-                     dict(text="<b>model</b>", x=0, y=1.245, xref="paper", yref="paper", xanchor="right",
+        height=820, margin=dict(l=60, r=20, t=190, b=40), title=None,
+        annotations=[dict(text=_model_note(model, data["models"][model]), y=1.235, **note),
+                     dict(text=_gpu_note(gpu, data["gpus"][gpu]), y=1.125, **note),
+                     dict(text="<b>model</b>", x=0, y=1.29, xref="paper", yref="paper", xanchor="right",
                           yanchor="top", showarrow=False),
-                     dict(text="<b>GPU</b>", x=0.3, y=1.245, xref="paper", yref="paper", xanchor="right",
+                     dict(text="<b>GPU</b>", x=0.45, y=1.29, xref="paper", yref="paper", xanchor="right",
                           yanchor="top", showarrow=False)],
-        updatemenus=[dict(buttons=model_menu, active=models.index(model), x=0, xanchor="left", y=1.25,
+        updatemenus=[dict(buttons=model_menu, active=models.index(model), x=0, xanchor="left", y=1.305,
                           yanchor="top", direction="down"),
-                     dict(buttons=gpu_menu, active=gpus.index(gpu), x=0.3, xanchor="left", y=1.25,
+                     dict(buttons=gpu_menu, active=gpus.index(gpu), x=0.45, xanchor="left", y=1.305,
                           yanchor="top", direction="down")],
         sliders=[dict(active=context_index, steps=steps, currentvalue=dict(prefix="highlighted context: "),
                       pad=dict(t=30), y=-0.02)],
