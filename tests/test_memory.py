@@ -272,3 +272,27 @@ def test_format_bytes_keeps_gib_and_gb_apart():
     assert format_bytes(819_200, "KiB") == "800.00 KiB" and format_bytes(819_200, "KB") == "819.20 KB"
     with pytest.raises(ConfigError):
         format_bytes(1, "gigs")
+
+
+# --- properties over random shapes ------------------------------------------------------------
+from hypothesis import given, settings, strategies as st
+
+
+@settings(max_examples=200, deadline=None)
+@given(layers=st.integers(1, 128), kv_heads=st.sampled_from([1, 2, 4, 8, 16]), group=st.integers(1, 8),
+       head_dim=st.sampled_from([32, 64, 80, 96, 128, 256]), seq=st.integers(0, 10**6),
+       batch=st.integers(0, 64), tp=st.sampled_from([1, 2, 4, 8, 16]),
+       window=st.one_of(st.none(), st.integers(1, 10**5)), dt=st.sampled_from(["fp32", "fp16", "fp8", "int8", "int4"]))
+def test_ledger_properties(layers, kv_heads, group, head_dim, seq, batch, tp, window, dt):
+    spec = ModelSpec("p", num_layers=layers, hidden_size=kv_heads * group * head_dim, num_heads=kv_heads * group,
+                     num_kv_heads=kv_heads, head_dim=head_dim, num_params=1, sliding_window=window,
+                     sliding_layers=layers if window else 0)
+    per_token = kv_bytes_per_token(spec, dt)
+    stored = seq if window is None else min(seq, window)
+    assert kv_cache_bytes(spec, seq, batch, dt) == batch * stored * per_token
+    if dt in ("fp32", "fp16", "fp8"):
+        assert per_token == 2 * layers * kv_heads * head_dim * {"fp32": 4, "fp16": 2, "fp8": 1}[dt]
+    if spec.num_heads % tp == 0:
+        per_gpu = kv_bytes_per_token(spec, dt, tp=tp)
+        copies = max(1, tp // kv_heads)  # each KV head lives on this many GPUs
+        assert tp * per_gpu == copies * per_token
