@@ -94,7 +94,9 @@ class LiveRequests:
                              f"block, {self.manager.num_free_blocks} free")
                 continue
             token = self.pending[seq]
-            self.history.append(seq, self._label(token))
+            event = self.history.append(seq, self._label(token)).event
+            if self.cache is not None:
+                self.cache.copy_blocks(list(event.copies))   # copy-on-write (only after a fork)
             self.tokens[seq].append(token)
             ran.append(seq)
         if ran:
