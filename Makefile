@@ -11,7 +11,7 @@ STAMP  := $(VENV)/.installed
 TORCH_SPEC ?= torch==2.13.0
 JB_FLAGS ?= -W -n --keep-going
 
-.PHONY: help install book test test-fast sync bench train clean
+.PHONY: help install assets book test test-fast sync bench train clean
 
 help:
 	@echo "make book   build _build/html/index.html (all chapters executed, warnings are errors)"
@@ -30,15 +30,24 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-_static/plotly.min.js: $(STAMP)
-	@mkdir -p _static
-	$(BIN)/python -c "import plotly, pathlib, shutil; shutil.copy(pathlib.Path(plotly.__file__).parent / 'package_data' / 'plotly.min.js', '_static/plotly.min.js')"
+# MathJax 3 for offline math, unpacked from the npm registry's package (skipped without npm:
+# then the pages load MathJax from its CDN, see book/_ext/offline_assets.py).
+MATHJAX_VERSION := 3.2.2
+_static/mathjax/tex-chtml.js:
+	@if command -v npm >/dev/null 2>&1; then \
+	  tmp=$$(mktemp -d) && (cd $$tmp && npm pack -q mathjax@$(MATHJAX_VERSION) >/dev/null) && \
+	  tar xzf $$tmp/mathjax-$(MATHJAX_VERSION).tgz -C $$tmp && mkdir -p _static/mathjax && \
+	  for d in tex-chtml.js output input a11y ui adaptors; do cp -r $$tmp/package/es5/$$d _static/mathjax/; done; \
+	  rm -rf $$tmp; \
+	else echo "npm not found: math will load MathJax from its CDN"; fi
 
-book: $(STAMP) _static/plotly.min.js
+assets: _static/mathjax/tex-chtml.js
+
+book: $(STAMP) assets
 	PAGED_KV_BOOK=1 $(BIN)/jupyter-book build . $(JB_FLAGS)
 	@echo "Open _build/html/index.html"
 
-test: $(STAMP) _static/plotly.min.js
+test: $(STAMP) assets
 	$(BIN)/python -m pytest
 
 test-fast: $(STAMP)
@@ -54,4 +63,4 @@ train: $(STAMP)
 	$(BIN)/python scripts/train_tiny.py --data ../shared/data/tinyshakespeare.txt --out paged_kv/weights
 
 clean:
-	rm -rf _build _static/plotly.min.js
+	rm -rf _build _static/mathjax

@@ -28,8 +28,8 @@ from ._runtime import require_triton, tl, triton
 
 # ---------------------------------------------------------------------------------------------
 # Plain PyTorch reference.
-# Bytes: reads all B*T_max*Hkv*D K and V elements (the padding too) and q once; writes the
-# output once. The kernel reads only the seq_lens[b] valid rows.
+# Bytes: reads B*max(seq_lens)*Hkv*D K and V elements (shorter sequences' padding too) and q
+# once; writes the output once. The kernel reads only the seq_lens[b] valid rows of each.
 # ---------------------------------------------------------------------------------------------
 def decode_attention_reference(q, k_cache, v_cache, seq_lens, scale=None):
     """One decode step of GQA attention in plain PyTorch (fp32 math, cast back to ``q.dtype``).
@@ -44,12 +44,13 @@ def decode_attention_reference(q, k_cache, v_cache, seq_lens, scale=None):
         ``[B, H, D]``.
     """
     B, H, D = q.shape
-    T_max, Hkv = k_cache.shape[1], k_cache.shape[2]
+    Hkv = k_cache.shape[2]
+    T_max = int(seq_lens.max()) if B else 0  # rows past the longest sequence are never read
     scale = 1.0 / math.sqrt(D) if scale is None else scale
     group = H // Hkv
     qf = q.float().view(B, Hkv, group, D)
-    kf = k_cache.float()
-    vf = v_cache.float()
+    kf = k_cache[:, :T_max].float()
+    vf = v_cache[:, :T_max].float()
     scores = torch.einsum("bkgd,btkd->bkgt", qf, kf) * scale  # (B, Hkv, G, T_max)
     valid = torch.arange(T_max, device=q.device)[None, :] < seq_lens.to(q.device).long()[:, None]
     scores = scores.masked_fill(~valid[:, None, None, :], float("-inf"))

@@ -19,3 +19,34 @@ def small_cfg() -> ModelConfig:
 def small_model(small_cfg) -> TinyLlama:
     torch.manual_seed(0)
     return TinyLlama(small_cfg).eval()
+
+
+# ---------------------------------------------------------------------------------------------
+# The built book, shared by tests/test_book.py and tests/test_browser.py (built once per run).
+# ---------------------------------------------------------------------------------------------
+import os  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import yaml  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def toc_files() -> list[str]:
+    """Source paths (no suffix) of every page in _toc.yml, root first."""
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    return [toc["root"]] + [c["file"] for c in toc.get("chapters", [])]
+
+
+@pytest.fixture(scope="session")
+def built_book() -> Path:
+    """Build the book strictly (warnings are errors, every notebook executed); return _build/html."""
+    jb = Path(sys.executable).parent / "jupyter-book"
+    env = {**os.environ, "PAGED_KV_BOOK": "1"}
+    proc = subprocess.run([str(jb), "build", str(ROOT), "-W", "-n", "--keep-going"],
+                          env=env, capture_output=True, text=True, timeout=1500)
+    log = proc.stdout[-6000:] + proc.stderr[-6000:]
+    assert proc.returncode == 0, f"jupyter-book build failed:\n{log}"
+    return ROOT / "_build" / "html"

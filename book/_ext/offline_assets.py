@@ -1,0 +1,44 @@
+"""Sphinx extension: serve plotly.js and MathJax from the built site, so pages work offline.
+
+* plotly.js is copied from the installed ``plotly`` package into ``_static/`` and loaded once per
+  page; figures are emitted without their own copy (see ``paged_kv.viz.setup_plotly``).
+* MathJax 3 is used from ``_static/mathjax/`` when ``make book`` could unpack it there (it takes
+  it from the npm registry); otherwise Sphinx's default CDN address stays, and the build says so.
+"""
+
+from pathlib import Path
+import shutil
+
+from sphinx.util import logging
+
+LOG = logging.getLogger(__name__)
+MATHJAX = Path("_static") / "mathjax" / "tex-chtml.js"
+
+
+def _config_inited(app, config):
+    if (Path(app.srcdir) / MATHJAX).is_file():
+        config.mathjax_path = "mathjax/tex-chtml.js"
+    else:
+        LOG.info("offline_assets: no %s; MathJax will load from its CDN", MATHJAX)
+
+
+def _builder_inited(app):
+    if app.builder.format == "html":
+        app.add_js_file("plotly.min.js")
+
+
+def _build_finished(app, exception):
+    if exception is None and app.builder.format == "html":
+        import plotly
+
+        src = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
+        dest = Path(app.outdir) / "_static"
+        dest.mkdir(parents=True, exist_ok=True)
+        shutil.copy(src, dest / "plotly.min.js")
+
+
+def setup(app):
+    app.connect("config-inited", _config_inited)
+    app.connect("builder-inited", _builder_inited)
+    app.connect("build-finished", _build_finished)
+    return {"parallel_read_safe": True, "parallel_write_safe": True}

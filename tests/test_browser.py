@@ -1,0 +1,104 @@
+"""Open the built book in headless Chromium (Debian's package) and check the figures render.
+
+Every request to a host other than 127.0.0.1 is blocked and recorded, so the pages must work
+offline. Screenshots go to tests/_artifacts/ for a person to look at.
+"""
+
+import functools
+import http.server
+import shutil
+import threading
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pytest
+
+from conftest import ROOT, toc_files
+
+pytestmark = pytest.mark.browser
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+ARTIFACTS = ROOT / "tests" / "_artifacts"
+
+if CHROMIUM is None:
+    pytest.skip("browser test skipped: Debian's Chromium is not installed (apt-get install "
+                "chromium; .ci/run installs it)", allow_module_level=True)
+playwright = pytest.importorskip("playwright.sync_api", reason="browser test skipped: playwright is not installed")
+
+
+@pytest.fixture(scope="module")
+def server(built_book):
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(built_book))
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    handler.log_message = lambda *a: None
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with playwright.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=[
+            "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+            "--disable-background-networking", "--disable-component-update", "--disable-sync"])
+        yield b
+        b.close()
+
+
+def open_page(browser, url):
+    """A page that blocks other hosts and records JavaScript errors and blocked requests."""
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.errors, page.blocked = [], []
+    page.on("pageerror", lambda e: page.errors.append(str(e)))
+
+    def route(r):
+        host = urlparse(r.request.url).hostname
+        if host in ("127.0.0.1", None):
+            return r.continue_()
+        page.blocked.append(r.request.url)
+        return r.abort()
+
+    page.route("**/*", route)
+    page.goto(url, wait_until="load")
+    return page
+
+
+@pytest.mark.parametrize("src", toc_files()[1:])
+def test_chapter_figures_render_offline(server, browser, src):
+    page = open_page(browser, f"{server}/{src}.html")
+    page.wait_for_selector(".plotly-graph-div .main-svg", timeout=30_000)
+    n = page.evaluate("document.querySelectorAll('.plotly-graph-div').length")
+    drawn = page.evaluate("Array.from(document.querySelectorAll('.plotly-graph-div')).filter(d => d._fullLayout).length")
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.locator(".plotly-graph-div").first.scroll_into_view_if_needed()
+    page.screenshot(path=str(ARTIFACTS / f"{Path(src).name}.png"))
+    assert page.errors == [], f"JavaScript errors on {src}: {page.errors}"
+    assert n >= 1 and drawn == n, f"{src}: {drawn} of {n} figures drawn"
+    page.close()
+
+
+def test_sliders_change_the_figure(server, browser):
+    """Every figure with a slider (recorded-history replays) must redraw when it moves."""
+    checked = 0
+    for src in toc_files()[1:]:
+        page = open_page(browser, f"{server}/{src}.html")
+        page.wait_for_selector(".plotly-graph-div .main-svg", timeout=30_000)
+        ids = page.evaluate("Array.from(document.querySelectorAll('.plotly-graph-div'))"
+                            ".filter(d => d.layout && d.layout.sliders && d.layout.sliders.length).map(d => d.id)")
+        for fid in ids:
+            before = page.evaluate(f"JSON.stringify(document.getElementById('{fid}').data)")
+            steps = page.evaluate(f"document.getElementById('{fid}').layout.sliders[0].steps.length")
+            # Move the slider the way a reader does: click its last step on the rail.
+            rail = page.locator(f"#{fid} .slider-rail-rect").first
+            rail.scroll_into_view_if_needed()
+            box = rail.bounding_box()
+            page.mouse.click(box["x"] + box["width"] - 2, box["y"] + box["height"] / 2)
+            page.wait_for_timeout(800)
+            after = page.evaluate(f"JSON.stringify(document.getElementById('{fid}').data)")
+            assert steps > 1 and after != before, f"{src}: slider of {fid} did not change the figure"
+            checked += 1
+        assert page.errors == [], f"JavaScript errors on {src}: {page.errors}"
+        page.close()
+    assert checked >= 1, "no figure with a slider was found"
