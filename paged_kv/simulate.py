@@ -5,8 +5,9 @@ scheduling and vLLM's scheduler, vLLM paper §4.5 and §6.1) does, in this order
 
 1. requests that have arrived by the step's start join the waiting queue (FCFS);
 2. every running request grows by one token; if the policy lacks blocks for that (paging only),
-   the most recently admitted request is preempted and its tokens are recomputed later
-   (vLLM's default, §4.5): it goes back to the front of the queue with prompt = all its tokens;
+   the running request that arrived last is preempted (vLLM's first-come-first-served priority)
+   and its tokens are recomputed later (vLLM's default, §4.5): it goes back to the front of the
+   queue with prompt = all its tokens;
 3. if nothing was preempted, waiting requests are admitted in order while the policy can place
    them (head-of-line blocking, as both systems do) and the batch has room; an admitted request
    prefills and gets its first output token in this step;
@@ -89,8 +90,8 @@ class IterationTime:
 
 @dataclass(frozen=True)
 class Layout:
-    """The pool slot by slot at one step: ``owner [pool]`` int32 request id (-1 none),
-    ``category [pool]`` int8 index into :data:`paged_kv.policies.CATEGORIES`."""
+    """The pool slot by slot at one step (``-1``: idle): ``owner [pool]`` int32 request id
+    (-1 none), ``category [pool]`` int8 index into :data:`paged_kv.policies.CATEGORIES`."""
 
     step: int
     time_s: float
@@ -194,8 +195,10 @@ def simulate(trace: Trace, policy: MemoryPolicy, *, iteration_time: IterationTim
             admission of a step is always allowed.
         layouts: record the slot-by-slot :class:`Layout` every ``k`` steps (an int) or at the
             given step numbers (an iterable); ``None`` records none.
-        layout_times: also record one at the first step starting at or after each of these
-            times (s), so runs of different policies over one trace can be compared frame by frame.
+        layout_times: also record one per time (s) passed before the run ends: the pool at
+            the first step starting at or after it (repeated when several times fall in one
+            step), or the empty pool (``step=-1``) for a time when nothing ran, so runs of
+            different policies over one trace line up frame by frame.
         check: after every step, recount the pool from its layout (:meth:`MemoryPolicy.check`:
             categories sum to the pool, no slot owned twice, paging's ``BS - 1`` bound).  Slow.
 
@@ -222,7 +225,7 @@ def simulate(trace: Trace, policy: MemoryPolicy, *, iteration_time: IterationTim
     first_admit, finish = [math.nan] * N, [math.nan] * N
     npre, epoch = [0] * N, [0] * N
     waiting: deque[int] = deque()
-    running: list[int] = []  # admission order: the last one is preempted first
+    running: list[int] = []  # request ids (= arrival order); the largest is preempted first
     heap: list[tuple[int, int, int]] = []  # (last step, rid, epoch) per admission
     rows, recorded = [], []
     base, k_kv, k_pf = it.base_s, it.per_kv_token_s, it.per_prefill_token_s
@@ -233,12 +236,16 @@ def simulate(trace: Trace, policy: MemoryPolicy, *, iteration_time: IterationTim
         while nxt < N and arr[nxt] <= clock:
             waiting.append(nxt)
             nxt += 1
-        if not running and not waiting:
+        if not running and not waiting:  # idle until the next arrival: the pool is empty
+            while ti < len(times) and times[ti] < arr[nxt]:
+                recorded.append(Layout(-1, times[ti], *policy.layout(None)))
+                ti += 1
             clock = arr[nxt]
             continue
         preempted = 0
         while running and shortfall(step):
-            v = running.pop()
+            v = max(running)
+            running.remove(v)
             gen = policy.length(v) - p_now[v]
             policy.free(v)
             epoch[v] += 1
@@ -273,12 +280,13 @@ def simulate(trace: Trace, policy: MemoryPolicy, *, iteration_time: IterationTim
         dt = base + k_kv * tok + k_pf * prefill
         if check:
             policy.check(head)
-        due = ti < len(times) and clock >= times[ti]
+        due = 0
         while ti < len(times) and clock >= times[ti]:
             ti += 1
+            due += 1
         if due or (every and step % every == 0) or step in at:
             owner, cat = policy.layout(head)
-            recorded.append(Layout(step, clock, owner, cat))
+            recorded.extend([Layout(step, clock, owner, cat)] * max(due, 1))
         t_start = clock
         clock += dt
         finished = 0
@@ -308,11 +316,11 @@ class ServingSetup:
     12 GiB for the KV cache (Table 1: 15.7K slots), max length 2048, ShareGPT at 2 req/s.
 
     ``efficiency`` scales the A100's peak bandwidth and FLOPs in the roofline step time.  The
-    default 0.5 puts the simulated engine in the paper's regime: its vLLM sustained about 2 req/s
-    on this set-up (Fig. 12a), i.e. about 2 x 338 output tokens/s at a batch of about 30, or
-    ~45 ms per step, roughly twice the ideal roofline step at that batch (~26 ms).  With the ideal
-    (1.0), 2 req/s does not fill the pool and paging's batch is set by arrivals (Little's law),
-    not by memory; chapter 4 shows both.
+    default 0.5 puts the simulated engine in the paper's regime.  By Little's law applied to the
+    running requests, a mean batch of 30.42 at 2 req/s with 338-token outputs (Fig. 13a) means
+    30.42 / (2 x 338) = ~45 ms per generated token, i.e. per step: roughly twice the ideal
+    roofline step at that batch (~26 ms).  With the ideal (1.0), 2 req/s does not fill the pool
+    and paging's batch is set by arrivals, not by memory; chapter 4 shows both.
     """
 
     model: str = "OPT-13B"

@@ -68,6 +68,14 @@ def test_paged_preempts_the_newest_and_recomputes():
     assert res.finish_s.tolist() == [4.0, 7.0]
 
 
+def test_layout_times_stay_aligned_across_idle_gaps():
+    tr = trace_from_rows([(0, 1, 2), (5, 1, 1)])  # steps start at 0, 1, then 5
+    res = simulate(tr, OrcaOracle(10, 10), layout_times=[0, 0.5, 1, 2, 3, 4, 5, 9])
+    assert [lay.step for lay in res.layouts] == [0, 1, 1, -1, -1, -1, 2]  # 9 s: after the run ended
+    assert res.layouts[3].owner.tolist() == [-1] * 10 and res.layouts[3].time_s == 2  # idle: empty
+    assert res.layouts[6].owner.tolist() == [1, 1] + [-1] * 8
+
+
 def test_mean_batch_counts_idle_time():
     tr = trace_from_rows([(0, 1, 2), (5, 1, 1)])  # busy [0, 2), idle [2, 5), busy [5, 6)
     res = simulate(tr, OrcaOracle(10, 10))
@@ -217,8 +225,10 @@ def test_strip_figure_has_one_frame_per_layout():
     assert np.asarray(fig.frames[1].data[0].z).shape == (4, 10)  # 2 rows per run, one column per slot
     static = strip_figure(runs, replay=False)
     assert not static.frames and not static.layout.sliders
-    with pytest.raises(ConfigError, match="same number"):
-        strip_figure({"a": runs["oracle"], "b": runs["paged"][:2]})
+    padded = strip_figure({"a": runs["oracle"], "b": runs["paged"][:2]})  # b ended sooner: empty pool
+    assert np.asarray(padded.frames[2].data[0].z)[2:].tolist() == [[0] * 10, [15] * 10]
+    with pytest.raises(ConfigError, match="one pool size"):
+        strip_figure({"a": runs["oracle"], "b": simulate(tr, OrcaOracle(12, 10), layouts=1).layouts})
 
 
 @pytest.mark.parametrize("use_figure_widget", [None, False])

@@ -9,6 +9,7 @@ summaries), so the static book replays them without a kernel:
 * :func:`batch_figure`: running requests over time (the paper's Fig. 13 is its average).
 * :func:`rate_figure`: mean batch against request rate (where each policy hits its memory limit).
 * :func:`block_size_figure`: paging's waste and batch against block size.
+* :func:`length_histogram`: the prompt and output lengths of traces.
 """
 
 from __future__ import annotations
@@ -25,13 +26,22 @@ from . import COLORS, FREE_COLOR
 CATEGORY_LABELS = {"token_states": "token states", "reserved": "reserved (future tokens)",
                    "internal": "internal fragmentation", "external": "external fragmentation",
                    "free": "free"}
-# Kept apart from the request palette COLORS: dark green = stored, light green = will be stored,
-# dark orange / dark red = never stored (internal / external fragmentation), grey = free.
-CATEGORY_COLORS = {"token_states": "#1B7837", "reserved": "#A6DBA0", "internal": "#E08214",
-                   "external": "#B2182B", "free": FREE_COLOR}
+# Kept apart from the request palette: dark green = stored, light green = will be stored,
+# purple = reserved but never stored (internal), near-black = stranded (external), grey = free.
+CATEGORY_COLORS = {"token_states": "#1B7837", "reserved": "#A6DBA0", "internal": "#6A3D9A",
+                   "external": "#1A1A1A", "free": FREE_COLOR}
 _CATS = list(CATEGORY_LABELS)
-# One discrete colour scale for both strip rows: 0 unowned; 1..10 request colours; 11..15 categories.
-_STRIP_COLORS = [FREE_COLOR, *COLORS, *CATEGORY_COLORS.values()]
+
+
+def _tint(hex_color: str, amount: float) -> str:
+    """Mix ``hex_color`` with white (``amount`` = share of white)."""
+    r, g, b = (int(hex_color[i:i + 2], 16) for i in (1, 3, 5))
+    return "#" + "".join(f"{round(c + (255 - c) * amount):02X}" for c in (r, g, b))
+
+
+# One discrete colour scale for both strip rows: 0 unowned; 1..10 request colours (softened, so
+# the category row stands out); 11..15 categories.
+_STRIP_COLORS = [FREE_COLOR, *(_tint(c, 0.3) for c in COLORS), *CATEGORY_COLORS.values()]
 
 
 def _discrete_scale(colors: Sequence[str]) -> list:
@@ -58,12 +68,28 @@ def strip_rows(owner: np.ndarray, category: np.ndarray, bin_slots: int = 1) -> n
     return np.stack([np.where(first >= 0, 1 + first % len(COLORS), 0), 11 + top_cat]).astype(np.int8)
 
 
+def _aligned(runs: Mapping[str, Sequence]) -> dict[str, list]:
+    """Runs padded to equal length: a run that ended early shows an empty pool afterwards."""
+    runs = {k: list(v) for k, v in runs.items()}
+    if not runs or any(not v for v in runs.values()):
+        raise ConfigError("strip_figure needs at least one layout in every run")
+    pools = {len(v[0].owner) for v in runs.values()}
+    if len(pools) != 1:
+        raise ConfigError(f"strip_figure needs runs over one pool size, got {sorted(pools)}")
+    longest = max(runs.values(), key=len)
+    free = np.full(pools.pop(), _CATS.index("free"), np.int8)
+    for v in runs.values():
+        for lay in longest[len(v):]:
+            v.append(type(lay)(-1, lay.time_s, np.full(len(free), -1, np.int32), free))
+    return runs
+
+
 def _strip_z(runs: Mapping[str, Sequence], i: int, bin_slots: int) -> np.ndarray:
     return np.concatenate([strip_rows(lays[i].owner, lays[i].category, bin_slots) for lays in runs.values()])
 
 
 def _strip_caption(runs: Mapping[str, Sequence], i: int, title: str) -> str:
-    t = next(iter(runs.values()))[i].time_s
+    t = max(v[i].time_s for v in runs.values())
     head = f"{title}<br>" if title else ""
     return f"{head}<sup>t = {t:.1f} s · top row of each pair: owning request; bottom row: category</sup>"
 
@@ -73,24 +99,21 @@ def strip_figure(runs: Mapping[str, Sequence], title: str = "", max_bins: int = 
     """The pool as strips of slots, one pair of rows per run, with a slider over recorded layouts.
 
     Args:
-        runs: label -> list of :class:`~paged_kv.simulate.Layout` (same pool size and count in
-            every run; record them with ``simulate(..., layout_times=...)`` for aligned frames).
+        runs: label -> list of :class:`~paged_kv.simulate.Layout` over one pool size; record
+            them with ``simulate(..., layout_times=...)`` so frame ``i`` is the same moment in
+            every run (a run that ended sooner is padded with an empty pool).
         max_bins: at most this many columns; ``bin_slots = ceil(pool / max_bins)`` slots each.
         active: the layout shown first (default: the last).
         replay: a frame per layout, a slider and a play button (static book); ``False`` draws
             ``active`` only (the live widget).
     """
-    runs = {k: list(v) for k, v in runs.items()}
+    runs = _aligned(runs)
     first = next(iter(runs.values()))
-    n = len(first)
-    pool = len(first[0].owner) if n else 0
-    if n == 0 or any(len(v) != n or len(v[0].owner) != pool for v in runs.values()):
-        raise ConfigError("strip_figure needs the same number of layouts of the same pool in every run, got "
-                          + ", ".join(f"{k}: {len(v)}" for k, v in runs.items()))
+    pool, n = len(first[0].owner), len(first)
     bin_slots = max(1, -(-pool // max_bins))
     active = n - 1 if active is None else active
     ylabels = [f"{k} · {what}" for k in runs for what in ("request", "category")]
-    x = np.arange(-(-pool // bin_slots)) * bin_slots
+    x = np.arange(-(-pool // bin_slots)) * bin_slots + (bin_slots - 1) / 2  # column centres, in slots
     heat = go.Heatmap(z=_strip_z(runs, active, bin_slots), x=x, y=ylabels, zmin=-0.5, zmax=15.5,
                       colorscale=_discrete_scale(_STRIP_COLORS), showscale=False, xgap=0, ygap=3,
                       hovertemplate="slot %{x}<br>%{y}<extra></extra>")
@@ -102,7 +125,7 @@ def strip_figure(runs: Mapping[str, Sequence], title: str = "", max_bins: int = 
     unit = "slot" if bin_slots == 1 else f"slot (one column = {bin_slots} slots)"
     fig.update_layout(title=dict(text=_strip_caption(runs, active, title), x=0.01, font=dict(size=14)),
                       height=height or 190 + 42 * len(ylabels), margin=dict(l=10, r=10, t=70, b=70),
-                      xaxis=dict(title=unit, range=[-0.5 * bin_slots, pool], showgrid=False, zeroline=False),
+                      xaxis=dict(title=unit, range=[-0.5, pool - 0.5], showgrid=False, zeroline=False),
                       yaxis=dict(autorange="reversed", showgrid=False, zeroline=False), plot_bgcolor="white",
                       legend=dict(orientation="h", y=1.0, yanchor="bottom", x=1, xanchor="right"))
     if replay and n > 1:
@@ -123,7 +146,7 @@ def strip_figure(runs: Mapping[str, Sequence], title: str = "", max_bins: int = 
 
 def refresh_strip(fig, runs: Mapping[str, Sequence], index: int, title: str = "", max_bins: int = 240) -> None:
     """Show layout ``index`` in a :func:`strip_figure` made with ``replay=False`` (e.g. a FigureWidget)."""
-    runs = {k: list(v) for k, v in runs.items()}
+    runs = _aligned(runs)
     pool = len(next(iter(runs.values()))[0].owner)
     bin_slots = max(1, -(-pool // max_bins))
     ylabels = [f"{k} · {what}" for k in runs for what in ("request", "category")]
@@ -140,30 +163,35 @@ def category_bars(shares: Mapping[str, Mapping[str, float]], paper: Mapping[str,
     Args:
         shares: label -> ``SimResult.used_shares()`` (categories except ``free``, summing to 1).
         paper: label -> the paper's token-state share (a float, or a ``(low, high)`` range),
-            drawn as a black marker (a range as an error bar) on the token-state segment.
+            drawn in black just under that policy's bar (a range as a bracket).
     """
     labels = list(shares)
+    ys = np.arange(len(labels), dtype=float)
     fig = go.Figure()
     for c in _CATS[:-1]:
         vals = [100 * shares[k][c] for k in labels]
-        fig.add_trace(go.Bar(y=labels, x=vals, orientation="h", name=CATEGORY_LABELS[c],
+        fig.add_trace(go.Bar(y=ys, x=vals, orientation="h", name=CATEGORY_LABELS[c], width=0.55,
                              marker_color=CATEGORY_COLORS[c], text=[f"{v:.1f}%" if v >= 6 else "" for v in vals],
-                             textposition="inside", insidetextanchor="start", hovertemplate="%{y}: %{x:.1f}%<extra>" + CATEGORY_LABELS[c] + "</extra>"))
+                             textposition="inside", insidetextanchor="middle", customdata=labels,
+                             hovertemplate="%{customdata}: %{x:.1f}%<extra>" + CATEGORY_LABELS[c] + "</extra>"))
     if paper:
-        ys, xs, half, sym, text = [], [], [], [], []
+        py, xs, half, sym, text, tx, tpos = [], [], [], [], [], [], []
         for k, v in paper.items():
             a, b = (v, v) if isinstance(v, (int, float)) else v
-            ys.append(k), xs.append(50 * (a + b)), half.append(50 * (b - a))
-            sym.append("diamond" if a == b else "line-ns")  # a range: just its bar, no midpoint
-            text.append(f"{100 * a:.1f}%" if a == b else f"{100 * a:.1f}–{100 * b:.1f}%")
-        fig.add_trace(go.Scatter(y=ys, x=xs, mode="markers", name="paper, Fig. 2: token states (a range for existing systems)",
-                                 marker=dict(symbol=sym, size=9, color="black", line=dict(width=1)),
-                                 error_x=dict(type="data", array=half, color="black", thickness=1.5, width=6),
-                                 customdata=text, hovertemplate="paper: %{customdata}<extra></extra>"))
-    fig.update_layout(barmode="stack", title=title, height=120 + 55 * len(labels),
+            py.append(labels.index(k) + 0.4), xs.append(50 * (a + b)), half.append(50 * (b - a))
+            sym.append("diamond" if a == b else "line-ns")  # a range: just its bracket
+            text.append("paper: " + (f"{100 * a:.1f}%" if a == b else f"{100 * a:.1f}–{100 * b:.1f}%"))
+            tx.append(100 * (a if b > 0.8 else b)), tpos.append("middle left" if b > 0.8 else "middle right")
+        fig.add_trace(go.Scatter(y=py, x=xs, mode="markers", hoverinfo="skip",
+                                 name="paper, Fig. 2: token states (a range for existing systems)",
+                                 marker=dict(symbol=sym, size=8, color="black", line=dict(width=1)),
+                                 error_x=dict(type="data", array=half, color="black", thickness=1.5, width=4)))
+        fig.add_trace(go.Scatter(y=py, x=tx, mode="text", text=text, textposition=tpos, showlegend=False,
+                                 textfont=dict(size=10), hoverinfo="skip"))
+    fig.update_layout(barmode="stack", title=title, height=150 + 65 * len(labels),
                       xaxis=dict(title="% of the KV memory in use", range=[0, 100]),
-                      yaxis=dict(autorange="reversed"), margin=dict(l=10, r=20, t=50, b=40),
-                      legend=dict(orientation="h", y=-0.25, traceorder="normal"))
+                      yaxis=dict(autorange="reversed", tickvals=ys, ticktext=labels, showgrid=False),
+                      margin=dict(l=10, r=20, t=50, b=40), legend=dict(orientation="h", y=-0.22, traceorder="normal"))
     return fig
 
 
@@ -229,5 +257,24 @@ def block_size_figure(block_sizes: Sequence[int], waste: Sequence[float], batch:
     fig.update_layout(title=title, height=380, margin=dict(l=60, r=60, t=50, b=50),
                       legend=dict(orientation="h", y=-0.25), xaxis_title="block size (slots)")
     fig.update_yaxes(title_text="waste (%)", secondary_y=False)
-    fig.update_yaxes(title_text="mean running requests", secondary_y=True)
+    fig.update_yaxes(title_text="mean running requests", secondary_y=True, tickformat=".1f", showgrid=False)
+    return fig
+
+
+def length_histogram(traces: Mapping[str, object], bin_tokens: int = 32, max_tokens: int = 2048,
+                     title: str = "Prompt and output lengths") -> go.Figure:
+    """Share of requests per ``bin_tokens``-wide length bin, prompts and outputs of each trace
+    (binned here, so the page carries counts, not every request)."""
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("prompt (tokens)", "output (tokens)"), shared_yaxes=True)
+    edges = np.arange(0, max_tokens + bin_tokens, bin_tokens)
+    for i, (label, tr) in enumerate(traces.items()):
+        color = COLORS[i % len(COLORS)]
+        for col, lengths in ((1, tr.prompt_len), (2, tr.output_len)):
+            counts, _ = np.histogram(lengths, edges)
+            what = "prompts" if col == 1 else "outputs"
+            fig.add_trace(go.Bar(x=edges[:-1] + bin_tokens / 2, y=np.round(100 * counts / len(lengths), 3),
+                                 width=bin_tokens, name=f"{label} {what} (mean {lengths.mean():.0f})",
+                                 marker_color=color, opacity=0.6 if col == 1 else 0.45), row=1, col=col)
+    fig.update_layout(barmode="overlay", title=title, height=360, margin=dict(l=60, r=20, t=60, b=50),
+                      legend=dict(orientation="h", y=-0.2), yaxis_title="% of requests")
     return fig
