@@ -16,14 +16,17 @@ __all__ = ["in_colab", "is_static_build", "show_live"]
 
 
 def show_live(panel, what: str = "This panel") -> bool:
-    """Display an ipywidgets ``panel`` when a reader's kernel runs; returns whether it did.
+    """Display a live ipywidgets panel when a reader's kernel runs; returns whether it did.
 
-    In the static book, displays a short note saying where the live version runs instead.
+    ``panel`` is the widget, or better a zero-argument function that builds it: in the static
+    book the function is never called, so no widget (and no copy of plotly.js that a
+    ``FigureWidget`` would store in the notebook) ends up in the page.  There a short note says
+    where the live version runs instead.
     """
     if is_static_build():
         display(Markdown(f"*{what} is live when you run this chapter in Jupyter or Colab "
                          "(launch button at the top of the page); the figure below is its "
                          "static replay.*"))
         return False
-    display(panel)
+    display(panel() if callable(panel) else panel)
     return True
