@@ -1,6 +1,15 @@
-"""Shared fixtures. Importing paged_kv first switches on the Triton interpreter (no GPU here)."""
+"""Shared fixtures. Importing paged_kv first switches on the Triton interpreter (no GPU here).
 
-import paged_kv  # noqa: F401  (must come before anything imports triton)
+The suite checks kernels on CPU tensors under the Triton interpreter, also on a machine with a
+GPU (set PAGED_KV_TEST_CUDA=1 to leave the interpreter off there, e.g. for the GPU-only tests).
+"""
+
+import os
+
+if os.environ.get("PAGED_KV_TEST_CUDA", "0") in ("", "0"):
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import paged_kv  # noqa: E402,F401  (must come before anything imports triton)
 import pytest
 import torch
 
@@ -24,7 +33,6 @@ def small_model(small_cfg) -> TinyLlama:
 # ---------------------------------------------------------------------------------------------
 # The built book, shared by tests/test_book.py and tests/test_browser.py (built once per run).
 # ---------------------------------------------------------------------------------------------
-import os  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
