@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed
 # already on disk. Elsewhere, to avoid a multi-GB CUDA download, pass e.g.
 #   make TORCH_SPEC="torch --index-url https://download.pytorch.org/whl/cpu"
 TORCH_SPEC ?= torch==2.13.0
-JB_FLAGS ?= -W -n --keep-going
+JB_FLAGS ?= --all -W -n --keep-going
 
 .PHONY: help install assets book test test-fast sync bench train clean
 
@@ -31,17 +31,18 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 # MathJax 3 for offline math, unpacked from the npm registry's package (skipped without npm:
-# then the pages load MathJax from its CDN, see book/_ext/offline_assets.py).
+# then the pages load MathJax from its CDN, see book/_ext/offline_assets.py). It goes to
+# _assets/, not _static/: Jupyter Book would add every .js under a root _static/ to each page.
 MATHJAX_VERSION := 3.2.2
-_static/mathjax/tex-chtml.js:
+_assets/mathjax/tex-chtml.js:
 	@if command -v npm >/dev/null 2>&1; then \
 	  tmp=$$(mktemp -d) && (cd $$tmp && npm pack -q mathjax@$(MATHJAX_VERSION) >/dev/null) && \
-	  tar xzf $$tmp/mathjax-$(MATHJAX_VERSION).tgz -C $$tmp && mkdir -p _static/mathjax && \
-	  for d in tex-chtml.js output input a11y ui adaptors; do cp -r $$tmp/package/es5/$$d _static/mathjax/; done; \
+	  tar xzf $$tmp/mathjax-$(MATHJAX_VERSION).tgz -C $$tmp && mkdir -p _assets/mathjax && \
+	  for d in tex-chtml.js output input a11y ui adaptors; do cp -r $$tmp/package/es5/$$d _assets/mathjax/; done; \
 	  rm -rf $$tmp; \
 	else echo "npm not found: math will load MathJax from its CDN"; fi
 
-assets: _static/mathjax/tex-chtml.js
+assets: _assets/mathjax/tex-chtml.js
 
 book: $(STAMP) assets
 	PAGED_KV_BOOK=1 $(BIN)/jupyter-book build . $(JB_FLAGS)
@@ -63,4 +64,4 @@ train: $(STAMP)
 	$(BIN)/python scripts/train_tiny.py --data ../shared/data/tinyshakespeare.txt --out paged_kv/weights
 
 clean:
-	rm -rf _build _static/mathjax
+	rm -rf _build _assets/mathjax

@@ -53,7 +53,7 @@ def built_book() -> Path:
     """Build the book strictly (warnings are errors, every notebook executed); return _build/html."""
     jb = Path(sys.executable).parent / "jupyter-book"
     env = {**os.environ, "PAGED_KV_BOOK": "1"}
-    proc = subprocess.run([str(jb), "build", str(ROOT), "-W", "-n", "--keep-going"],
+    proc = subprocess.run([str(jb), "build", str(ROOT), "--all", "-W", "-n", "--keep-going"],
                           env=env, capture_output=True, text=True, timeout=1500)
     log = proc.stdout[-6000:] + proc.stderr[-6000:]
     assert proc.returncode == 0, f"jupyter-book build failed:\n{log}"

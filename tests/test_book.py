@@ -23,7 +23,7 @@ def test_pages_have_executed_outputs_and_no_errors(built_book):
     for src in toc_files():
         html = _page(built_book, src)
         assert "cell_output" in html, f"{src}: no cell outputs (not executed?)"
-        for bad in ("Traceback (most recent call last)", "Error</span>", 'class="output stderr"'):
+        for bad in ("Traceback (most recent call last)", 'class="output traceback"', 'class="output stderr"'):
             assert bad not in html, f"{src}: {bad!r} in the page"
 
 

@@ -2,7 +2,8 @@
 
 * plotly.js is copied from the installed ``plotly`` package into ``_static/`` and loaded once per
   page; figures are emitted without their own copy (see ``paged_kv.viz.setup_plotly``).
-* MathJax 3 is used from ``_static/mathjax/`` when ``make book`` could unpack it there (it takes
+* repeated ``<script>`` entries are dropped (see :func:`_dedupe_scripts`).
+* MathJax 3 is used from ``_assets/mathjax/`` (served as ``_static/mathjax/``) when ``make book`` could unpack it there (it takes
   it from the npm registry); otherwise Sphinx's default CDN address stays, and the build says so.
 """
 
@@ -12,7 +13,7 @@ import shutil
 from sphinx.util import logging
 
 LOG = logging.getLogger(__name__)
-MATHJAX = Path("_static") / "mathjax" / "tex-chtml.js"
+MATHJAX = Path("_assets") / "mathjax" / "tex-chtml.js"  # html_static_path: lands in _static/
 
 
 def _config_inited(app, config):
@@ -25,6 +26,19 @@ def _config_inited(app, config):
 def _builder_inited(app):
     if app.builder.format == "html":
         app.add_js_file("plotly.min.js")
+
+
+def _dedupe_scripts(app, pagename, templatename, context, doctree):
+    """Drop repeated script entries: sphinx-thebe registers its inline config twice under
+    Jupyter Book, and the second ``const THEBE_JS_URL`` is a JavaScript error on every page."""
+    seen, unique = set(), []
+    for script in context.get("script_files", []):
+        body = getattr(script, "attributes", {}).get("body")
+        key = ("body", body) if body else ("src", str(script))  # inline: filename None or ''
+        if key not in seen:
+            seen.add(key)
+            unique.append(script)
+    context["script_files"] = unique
 
 
 def _build_finished(app, exception):
@@ -40,5 +54,6 @@ def _build_finished(app, exception):
 def setup(app):
     app.connect("config-inited", _config_inited)
     app.connect("builder-inited", _builder_inited)
+    app.connect("html-page-context", _dedupe_scripts)
     app.connect("build-finished", _build_finished)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
