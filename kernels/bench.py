@@ -19,7 +19,7 @@ import time
 
 import torch
 
-from ._runtime import default_device, interpreter_active, triton_status
+from ._runtime import default_device, interpreter_active, triton_available, triton_status
 
 KERNEL_MODULES = ("prefill_attention", "decode_attention", "paged_attention", "cache_ops")
 
@@ -58,6 +58,9 @@ def row(kernel: str, shape: str, dtype, seconds: float, unit: str, amount: float
 def run(device: torch.device | None = None, dtypes=None, modules=KERNEL_MODULES) -> list[dict]:
     """Run every available kernel module's ``benchmark``; returns the rows."""
     device = device or default_device()
+    if not triton_available():  # e.g. macOS/Windows: nothing to time; say why instead
+        print(f"no Triton kernels timed: {triton_status()}")
+        return []
     if dtypes is None:
         if device.type == "cuda":
             dtypes = [torch.float16]
