@@ -15,6 +15,7 @@ Prompts of different lengths are batched right-padded; each sequence generates e
 
 from __future__ import annotations
 
+import operator
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
@@ -126,16 +127,26 @@ def make_decoder(model: TinyLlama, cache: str, backend: str, prompts: list[list[
     raise ConfigError(f"cache must be one of {CACHE_MODES}, got {cache!r}")
 
 
+def _token_id(t) -> int:
+    """An integer token id (Python, NumPy or 0-d integer tensor); floats and bools raise TypeError."""
+    if isinstance(t, bool):
+        raise TypeError("bool is not a token id")
+    return operator.index(t)
+
+
 def _check_prompts(model: TinyLlama, prompts, max_new_tokens: int) -> list[list[int]]:
     if isinstance(prompts, (str, bytes)) or not isinstance(prompts, Sequence) or len(prompts) == 0:
         raise PromptError(f"prompts must be a non-empty list of token-id lists, got {prompts!r:.80}")
-    if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+    if not isinstance(max_new_tokens, int) or isinstance(max_new_tokens, bool) or max_new_tokens < 1:
         raise ConfigError(f"max_new_tokens must be an int >= 1, got {max_new_tokens!r}")
     out = []
     for i, p in enumerate(prompts):
         if isinstance(p, str):
             raise PromptError(f"prompt {i} is a str; encode it first (tokenizer.encode), got {p!r:.40}")
-        p = [int(t) for t in p]
+        try:
+            p = [_token_id(t) for t in p]
+        except TypeError:
+            raise PromptError(f"prompt {i} must hold integer token ids, got {list(p)[:8]!r}") from None
         if not p:
             raise PromptError(f"prompt {i} is empty; a prompt needs at least one token")
         bad = [t for t in p if not 0 <= t < model.cfg.vocab_size]
@@ -173,7 +184,9 @@ def generate(model: TinyLlama, prompts: Sequence[Sequence[int]], max_new_tokens:
     """
     prompts = _check_prompts(model, prompts, max_new_tokens)
     check_backend(backend)
-    sampling = sampling or SamplingParams()
+    sampling = SamplingParams() if sampling is None else sampling
+    if not isinstance(sampling, SamplingParams):
+        raise ConfigError(f"sampling must be a SamplingParams, got {type(sampling).__name__}: {sampling!r:.60}")
     if not sampling.greedy and generator is None:  # fail before any work, not at step 0
         raise ConfigError("sampling with temperature > 0 needs an explicit torch.Generator")
     decoder = make_decoder(model, cache, backend, prompts, max_new_tokens)

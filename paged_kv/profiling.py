@@ -54,37 +54,49 @@ def _counter() -> FlopCounterMode:
 
 @torch.no_grad()
 def profile_decoding(model: TinyLlama, prompt: list[int], max_new_tokens: int, cache: str,
-                     backend: str = "torch", count_flops: bool = True) -> list[StepCost]:
+                     backend: str = "torch", count_flops: bool = True, repeats: int = 3) -> list[StepCost]:
     """Greedy-decode one prompt and record each step's cost.
 
-    Step 0 is the prefill (it processes the whole prompt).  FLOPs are counted in a second, untimed
-    pass of the same step when ``count_flops`` (the counter slows execution down).
+    Step 0 is the prefill (it processes the whole prompt).  Each step's time is the *minimum*
+    over ``repeats`` identical runs: on a shared machine other work only ever adds time, so the
+    minimum is the best estimate of the step's own cost.  FLOPs are counted in one further,
+    untimed run (the counter slows execution down) when ``count_flops``.
 
-    Raises the same errors as :func:`paged_kv.generate.generate`.
+    Raises the same errors as :func:`paged_kv.generate.generate`, and ``ConfigError`` for
+    ``repeats < 1``.
     """
+    from .errors import ConfigError
     from .generate import _check_prompts
 
     prompts = _check_prompts(model, [prompt], max_new_tokens)
+    if not isinstance(repeats, int) or isinstance(repeats, bool) or repeats < 1:
+        raise ConfigError(f"repeats must be an int >= 1, got {repeats!r}")
     sync = torch.cuda.synchronize if model.device.type == "cuda" else (lambda: None)
-    timed = make_decoder(model, cache, backend, prompts, max_new_tokens)
-    counted = make_decoder(model, cache, backend, prompts, max_new_tokens) if count_flops else None
-    out, last = [], None
+
+    def run(count: bool):
+        dec = make_decoder(model, cache, backend, prompts, max_new_tokens)
+        last, seconds, flops = None, [], []
+        for step in range(max_new_tokens):
+            t0 = time.perf_counter()
+            if count:
+                with _counter() as fc:
+                    logits = dec.prefill(prompts) if step == 0 else dec.decode([last])
+                flops.append(fc.get_total_flops())
+            else:
+                logits = dec.prefill(prompts) if step == 0 else dec.decode([last])
+            sync()
+            seconds.append(time.perf_counter() - t0)
+            last = int(logits.argmax(-1)[0])
+        return seconds, flops
+
+    times = [run(False)[0] for _ in range(repeats)]
+    flops = run(True)[1] if count_flops else [0] * max_new_tokens
+    out = []
     for step in range(max_new_tokens):
-        def run(dec):
-            return dec.prefill(prompts) if step == 0 else dec.decode([last])
-        t0 = time.perf_counter()
-        logits = run(timed)
-        sync()
-        seconds = time.perf_counter() - t0
-        flops = 0
-        if counted is not None:
-            with _counter() as fc:
-                run(counted)
-            flops = fc.get_total_flops()
-        last = int(logits.argmax(-1)[0])
-        new = len(prompt) if step == 0 or cache == "recompute" else 1
         ctx = len(prompt) + step
-        out.append(StepCost(step, ctx, ctx if cache == "recompute" else new, seconds, flops))
+        new = len(prompt) if step == 0 or cache == "recompute" else 1
+        out.append(StepCost(step, ctx, ctx if cache == "recompute" else new,
+                            min(t[step] for t in times), flops[step]))
     return out
 
 

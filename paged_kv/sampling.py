@@ -32,6 +32,12 @@ class SamplingParams:
     top_p: float | None = None
 
     def __post_init__(self) -> None:
+        for name in ("temperature", "top_p"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+                raise ConfigError(f"{name} must be a number, got {type(value).__name__} {value!r}")
+        if self.top_k is not None and isinstance(self.top_k, bool):
+            raise ConfigError(f"top_k must be an int >= 1 or None, got {self.top_k!r}")
         if not self.temperature >= 0:
             raise ConfigError(f"temperature must be >= 0 (0 = greedy), got {self.temperature!r}")
         if self.top_k is not None and (not isinstance(self.top_k, int) or self.top_k < 1):

@@ -98,3 +98,33 @@ def test_tokenizer_round_trip_and_errors():
     assert len(tok.encode("é")) == 2
     with pytest.raises(PromptError, match="256"):
         tok.decode([72, 256])
+
+
+@pytest.mark.parametrize("prompts,n,err,match", [
+    ([[1, 3.7]], 5, PromptError, "integer token ids"),
+    ([[1, None]], 5, PromptError, "integer token ids"),
+    ([[1, float("nan")]], 5, PromptError, "integer token ids"),
+    ([[1, True]], 5, PromptError, "integer token ids"),
+    ([[1]], True, ConfigError, "max_new_tokens"),
+])
+def test_non_integer_input_raises(small_model, prompts, n, err, match):
+    with pytest.raises(err, match=match):
+        generate(small_model, prompts, n)
+
+
+def test_numpy_and_tensor_token_ids_are_accepted(small_model):
+    import numpy as np
+    expected = generate(small_model, [[5, 6, 7]], 4).tokens
+    assert generate(small_model, [np.array([5, 6, 7])], 4).tokens == expected
+    assert generate(small_model, [torch.tensor([5, 6, 7])], 4).tokens == expected
+
+
+@pytest.mark.parametrize("bad", [dict(temperature="0.5"), dict(temperature=True), dict(top_p="x"), dict(top_k=True)])
+def test_sampling_params_reject_wrong_types(bad):
+    with pytest.raises(ConfigError):
+        SamplingParams(**bad)
+
+
+def test_sampling_must_be_sampling_params(small_model):
+    with pytest.raises(ConfigError, match="SamplingParams"):
+        generate(small_model, [[1]], 2, sampling={"temperature": 0.5})
