@@ -11,17 +11,24 @@ latent is replicated on every GPU).
 Units: every function counts **bytes** (an ``int``).  ``GiB`` = 2**30 and ``GB`` = 10**9 are
 kept apart wherever a number is printed (:func:`format_bytes`).
 
+Inputs: counts (lengths, batch sizes, ``tp``, bytes) may be Python ints or numpy integers;
+bools, floats and strings raise ``ConfigError``, as do dtype names that are not known (names
+of KV and weights dtypes are case-insensitive).  A ``tp`` is valid when it splits the query
+heads and the KV heads (:func:`kv_heads_per_gpu`); every function that takes ``tp`` applies
+that one rule.
+
 Legend: B batch, T tokens, L layers, Hkv kv heads, D head_dim.
 """
 
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 
 from .errors import ConfigError
-from .presets import (GPU_PRESETS, MODEL_PRESETS, PAPER_TABLE1, GPUSpec, ModelSpec, gpu_preset,
-                      model_preset)
+from .presets import (GPU_PRESETS, MODEL_PRESETS, PAPER_TABLE1, WEIGHT_DTYPE_BITS, GPUSpec,
+                      ModelSpec, as_count, gpu_preset, model_preset, weights_dtype_name)
 
 __all__ = [
     "GB", "GiB", "KV_DTYPES", "KVDType", "MODEL_PRESETS", "GPU_PRESETS", "PAPER_TABLE1", "GPUSpec",
@@ -35,13 +42,24 @@ KB, MB, GB = 10**3, 10**6, 10**9
 
 
 def format_bytes(n: int, unit: str = "both") -> str:
-    """``n`` bytes as text: ``"both"`` gives ``"160.00 GiB (171.80 GB)"``; or one of
-    ``"B"``, ``"KiB"``, ``"MiB"``, ``"GiB"``, ``"KB"``, ``"MB"``, ``"GB"``."""
+    """``n`` bytes as text.
+
+    ``"both"``: ``"160.00 GiB (171.80 GB)"``; ``"auto"``: the largest binary unit that
+    keeps the number >= 1, and its decimal partner: ``"6.13 MiB (6.43 MB)"``; or one
+    unit: ``"B"``, ``"KiB"``, ``"MiB"``, ``"GiB"``, ``"KB"``, ``"MB"``, ``"GB"``.
+    """
     units = {"B": 1, "KiB": KiB, "MiB": MiB, "GiB": GiB, "KB": KB, "MB": MB, "GB": GB}
+    if unit == "auto":
+        if abs(n) < KiB:
+            return f"{n:,} B"
+        pairs = [("GiB", "GB"), ("MiB", "MB"), ("KiB", "KB")]
+        binary, decimal = next((b, d) for b, d in pairs if abs(n) >= units[b])
+        return f"{n / units[binary]:,.2f} {binary} ({n / units[decimal]:,.2f} {decimal})"
     if unit == "both":
         return f"{n / GiB:,.2f} GiB ({n / GB:,.2f} GB)"
     if unit not in units:
-        raise ConfigError(f"unknown unit {unit!r}; known: both, {', '.join(units)}")
+        known = ", ".join(["both", "auto", *units])
+        raise ConfigError(f"unknown unit {unit!r}; known: {known}")
     return f"{n:,} B" if unit == "B" else f"{n / units[unit]:,.2f} {unit}"
 
 
@@ -58,6 +76,9 @@ class KVDType:
             or the MLA latent), i.e. per-token, per-head quantisation.  Ignored when
             ``scale_bytes`` is 0.
         scale_bytes: metadata bytes per group stored beside the values (0: none per token).
+
+    Raises:
+        ConfigError: ``bits < 1``, ``group_size < 1``, ``scale_bytes < 0`` or a non-integer.
     """
 
     name: str
@@ -65,11 +86,25 @@ class KVDType:
     group_size: int | None = None
     scale_bytes: int = 0
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise ConfigError(f"a KVDType's name must be a non-empty string, got {self.name!r}")
+        minimum = {"bits": 1, "group_size": 1, "scale_bytes": 0}
+        for field, low in minimum.items():
+            value = getattr(self, field)
+            if field == "group_size" and value is None:
+                continue
+            try:
+                object.__setattr__(self, field, as_count(field, value, low))
+            except ConfigError as e:
+                extra = " (or None: one group per vector)" if field == "group_size" else ""
+                raise ConfigError(f"KVDType {self.name!r}: {e}{extra}") from None
+
     def vector_bytes(self, n: int) -> int:
         """Bytes to store one vector of ``n`` elements, its scales included."""
         if (n * self.bits) % 8:
             raise ConfigError(f"{n} elements of {self.bits} bits do not fill whole bytes")
-        groups = math.ceil(n / (self.group_size or n)) if self.scale_bytes else 0
+        groups = -(-n // (self.group_size or n)) if self.scale_bytes else 0  # ceil
         return n * self.bits // 8 + groups * self.scale_bytes
 
 
@@ -81,8 +116,6 @@ KV_DTYPES: dict[str, KVDType] = {d.name: d for d in [
     KVDType("fp8", 8), KVDType("fp8_e4m3", 8), KVDType("fp8_e5m2", 8),
     KVDType("int8", 8, None, 4), KVDType("int4", 4, None, 4),
 ]}
-
-WEIGHT_DTYPE_BITS = {"fp32": 32, "fp16": 16, "bf16": 16, "fp8": 8, "int8": 8, "int4": 4}
 
 
 def get_kv_dtype(d: str | KVDType) -> KVDType:
@@ -106,10 +139,7 @@ def as_spec(model) -> ModelSpec:
     raise ConfigError(f"expected a ModelSpec, ModelConfig or preset name, got {type(model).__name__}")
 
 
-def _check_count(name: str, value, minimum: int = 0) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise ConfigError(f"{name} must be an int >= {minimum}, got {value!r}")
-    return value
+_check_count = as_count  # ints and numpy integers; ConfigError naming the value otherwise
 
 
 def kv_heads_per_gpu(spec: ModelSpec, tp: int = 1) -> int:
@@ -122,7 +152,7 @@ def kv_heads_per_gpu(spec: ModelSpec, tp: int = 1) -> int:
     Raises:
         ConfigError: ``tp < 1``, ``num_heads % tp != 0``, or Hkv and tp that divide neither way.
     """
-    _check_count("tp", tp, 1)
+    tp = _check_count("tp", tp, 1)
     if spec.num_heads % tp:
         raise ConfigError(f"{spec.name}: {spec.num_heads} query heads cannot be split over tp={tp} GPUs")
     if spec.kv_lora_rank:
@@ -136,9 +166,13 @@ def kv_heads_per_gpu(spec: ModelSpec, tp: int = 1) -> int:
     return 1
 
 
-def kv_bytes_per_token_per_layer(model, kv_dtype: str | KVDType = "fp16", *, tp: int = 1) -> int:
-    """Bytes one token adds to one layer's cache on each GPU: ``2 x Hkv x bytes(D)`` (K and V),
-    or ``bytes(kv_lora_rank + qk_rope_head_dim)`` for MLA."""
+def kv_bytes_per_token_per_layer(model, kv_dtype: str | KVDType = "fp16", *,
+                                 tp: int = 1) -> int:
+    """Bytes one token adds to one layer's cache on each GPU.
+
+    ``2 x Hkv x bytes(D)`` (K and V); for MLA, ``bytes(kv_lora_rank + qk_rope_head_dim)``
+    (one latent and one RoPE key, no factor 2).
+    """
     spec, dt = as_spec(model), get_kv_dtype(kv_dtype)
     heads = kv_heads_per_gpu(spec, tp)
     if spec.kv_lora_rank:
@@ -163,19 +197,20 @@ def kv_bytes_per_token(model, kv_dtype: str | KVDType = "fp16", *, tp: int = 1) 
     return spec.num_layers * kv_bytes_per_token_per_layer(spec, kv_dtype, tp=tp)
 
 
-def kv_cache_bytes(model, seq_len: int, batch_size: int, kv_dtype: str | KVDType = "fp16", *,
-                   tp: int = 1) -> int:
-    """Bytes of KV cache for ``batch_size`` sequences of ``seq_len`` tokens, on each of ``tp`` GPUs.
+def kv_cache_bytes(model, seq_len: int, batch_size: int,
+                   kv_dtype: str | KVDType = "fp16", *, tp: int = 1) -> int:
+    """Bytes of KV cache for ``batch_size`` sequences of ``seq_len`` tokens, on each of
+    ``tp`` GPUs.
 
-    Sliding-window layers hold ``min(seq_len, sliding_window)`` tokens (assumes the engine frees
-    what falls out of the window, as a ring buffer or vLLM's hybrid allocator does).
+    Sliding-window layers hold ``min(seq_len, sliding_window)`` tokens (assumes the engine
+    frees what falls out of the window, as a ring buffer or vLLM's hybrid allocator does).
 
     Raises:
         ConfigError: a negative length or batch size, or an impossible ``tp``.
     """
     spec = as_spec(model)
-    _check_count("seq_len", seq_len)
-    _check_count("batch_size", batch_size)
+    seq_len = _check_count("seq_len", seq_len)
+    batch_size = _check_count("batch_size", batch_size)
     per_layer = kv_bytes_per_token_per_layer(spec, kv_dtype, tp=tp)
     full_layers = spec.num_layers - spec.sliding_layers
     tokens = full_layers * seq_len
@@ -190,13 +225,19 @@ def kv_slots(model, kv_bytes: int, kv_dtype: str | KVDType = "fp16", *, tp: int 
 
 
 def weights_bytes(model, weights_dtype: str | None = None, *, tp: int = 1) -> int:
-    """Bytes of weights on each of ``tp`` GPUs: ``num_params x bits / 8 / tp`` (an estimate: real
-    checkpoints keep some tensors in higher precision and quantised ones add scales)."""
+    """Bytes of weights on each of ``tp`` GPUs: ``ceil(num_params x bits / 8 / tp)`` (an
+    estimate: real checkpoints keep some tensors in higher precision and quantised ones add
+    scales).  ``weights_dtype`` (any case) defaults to the model's serving dtype.
+
+    Raises:
+        ConfigError: an unknown dtype, or a ``tp`` that :func:`kv_heads_per_gpu` refuses (the
+            same rule as the KV cache: tensor parallelism splits the attention heads).
+    """
     spec = as_spec(model)
-    name = weights_dtype or spec.weights_dtype
-    if name not in WEIGHT_DTYPE_BITS:
-        raise ConfigError(f"unknown weights dtype {name!r}; known: {', '.join(WEIGHT_DTYPE_BITS)}")
-    return math.ceil(spec.num_params * WEIGHT_DTYPE_BITS[name] / 8 / _check_count("tp", tp, 1))
+    bits = WEIGHT_DTYPE_BITS[weights_dtype_name(weights_dtype or spec.weights_dtype)]
+    tp = _check_count("tp", tp, 1)
+    kv_heads_per_gpu(spec, tp)  # one rule for a valid tp, weights and cache alike
+    return -(-spec.num_params * bits // (8 * tp))  # ceil, in exact integers
 
 
 def attention_variant(model, kind: str, num_kv_heads: int = 8) -> ModelSpec:
@@ -243,6 +284,12 @@ class MemoryPlan:
     kv_bytes: int
     max_tokens: int
     max_batch_size: int
+    max_position: int | None = None
+
+    @property
+    def within_max_context(self) -> bool:
+        """Whether ``seq_len`` is within the model's declared maximum context (True if unknown)."""
+        return self.max_position is None or self.seq_len <= self.max_position
 
     @property
     def weights_fit(self) -> bool:
@@ -259,19 +306,26 @@ class MemoryPlan:
         return self.kv_bytes / self.gpu_bytes
 
     def summary(self) -> str:
-        """A few lines for people; GiB and GB side by side."""
-        return "\n".join([
-            f"{self.model} on {self.tp} x {self.gpu}, KV in {self.kv_dtype}, weights in {self.weights_dtype} (per GPU):",
+        """A few lines (under 90 characters) for people; GiB and GB side by side."""
+        lines = [
+            f"{self.model} on {self.tp} x {self.gpu}, KV in {self.kv_dtype}, "
+            f"weights in {self.weights_dtype} (per GPU):",
             f"  GPU memory        {format_bytes(self.gpu_bytes)}",
             f"  weights           {format_bytes(self.weights_bytes)}",
             f"  reserve           {format_bytes(self.reserve_bytes)}",
             f"  KV budget         {format_bytes(self.kv_budget_bytes)}",
             f"  KV per token      {self.kv_bytes_per_token:,} B",
-            f"  KV, {self.batch_size} x {self.seq_len:,} tokens  {format_bytes(self.kv_bytes)} "
+            f"  KV, {self.batch_size:,} x {self.seq_len:,} tokens  {format_bytes(self.kv_bytes)} "
             f"= {self.kv_fraction:.1%} of the GPU",
             f"  max tokens        {self.max_tokens:,}",
             f"  max batch         {self.max_batch_size:,} sequences of {self.seq_len:,} tokens",
-        ])
+        ]
+        if not self.weights_fit:
+            lines.append("  the weights alone do not fit")
+        if not self.within_max_context:
+            lines.append(f"  note: {self.seq_len:,} tokens is beyond the model's maximum context "
+                         f"({self.max_position:,})")
+        return "\n".join(lines)
 
 
 def plan_memory(model, gpu: str | GPUSpec, seq_len: int, batch_size: int = 1,
@@ -286,19 +340,24 @@ def plan_memory(model, gpu: str | GPUSpec, seq_len: int, batch_size: int = 1,
             subtracts the activation peak it profiles; we fold that into the reserve).
         block_size: if given, each sequence takes whole blocks of this many tokens (paging).
 
+    ``seq_len`` may exceed the model's ``max_position`` (the plan says so:
+    :attr:`MemoryPlan.within_max_context`); the arithmetic does not depend on it.
+
     Raises:
         ConfigError: impossible sizes, tp, dtype or reserve; UnknownPresetError: unknown names.
     """
     spec = as_spec(model)
     gpu = gpu if isinstance(gpu, GPUSpec) else gpu_preset(gpu)
-    _check_count("seq_len", seq_len, 1)
-    _check_count("batch_size", batch_size)
-    if not 0 <= reserve_fraction < 1:
-        raise ConfigError(f"reserve_fraction must be in [0, 1), got {reserve_fraction}")
+    seq_len = _check_count("seq_len", seq_len, 1)
+    batch_size = _check_count("batch_size", batch_size)
+    tp = _check_count("tp", tp, 1)
+    if (isinstance(reserve_fraction, bool) or not isinstance(reserve_fraction, numbers.Real)
+            or not 0 <= reserve_fraction < 1):
+        raise ConfigError(f"reserve_fraction must be a number in [0, 1), got {reserve_fraction!r}")
     if block_size is not None:
-        _check_count("block_size", block_size, 1)
+        block_size = _check_count("block_size", block_size, 1)
     dt = get_kv_dtype(kv_dtype)
-    weights_dtype = weights_dtype or spec.weights_dtype
+    weights_dtype = weights_dtype_name(weights_dtype or spec.weights_dtype)
     w = weights_bytes(spec, weights_dtype, tp=tp)
     reserve = int(gpu.memory_bytes * reserve_fraction)
     budget = max(0, gpu.memory_bytes - reserve - w)
@@ -310,7 +369,8 @@ def plan_memory(model, gpu: str | GPUSpec, seq_len: int, batch_size: int = 1,
         model=spec.name, gpu=gpu.name, tp=tp, seq_len=seq_len, batch_size=batch_size, kv_dtype=dt.name,
         weights_dtype=weights_dtype, gpu_bytes=gpu.memory_bytes, weights_bytes=w, reserve_bytes=reserve,
         kv_budget_bytes=budget, kv_bytes_per_token=per_token, kv_bytes_per_sequence=per_seq,
-        kv_bytes=batch_size * per_seq, max_tokens=tokens, max_batch_size=budget // per_seq)
+        kv_bytes=batch_size * per_seq, max_tokens=tokens, max_batch_size=budget // per_seq,
+        max_position=spec.max_position)
 
 
 def max_batch_size(model, gpu: str | GPUSpec, seq_len: int, kv_dtype: str | KVDType = "fp16",

@@ -19,11 +19,45 @@ Colab's T4), because the driver keeps some for itself.
 from __future__ import annotations
 
 import dataclasses
+import operator
 from dataclasses import dataclass
 
 from .errors import ConfigError, UnknownPresetError
 
 MiB = 2**20
+
+# Bits per weight of each dtype the weights may be served in (names are case-insensitive).
+WEIGHT_DTYPE_BITS = {"fp32": 32, "fp16": 16, "bf16": 16, "fp8": 8, "int8": 8, "int4": 4}
+
+
+def as_count(name: str, value, minimum: int = 0) -> int:
+    """``value`` as a Python ``int`` >= ``minimum``: ints and numpy integers are accepted
+    (``operator.index``), bools, floats and strings are not.
+
+    Raises:
+        ConfigError: naming ``name`` and the bad value.
+    """
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        count = operator.index(value)  # numpy's bool_ refuses this too
+    except TypeError:
+        raise ConfigError(f"{name} must be an int >= {minimum}, got {value!r}") from None
+    if count < minimum:
+        raise ConfigError(f"{name} must be an int >= {minimum}, got {value!r}")
+    return count
+
+
+def weights_dtype_name(name) -> str:
+    """The canonical (lower-case) name of a weights dtype: ``"BF16"`` gives ``"bf16"``.
+
+    Raises:
+        ConfigError: not one of :data:`WEIGHT_DTYPE_BITS`.
+    """
+    if isinstance(name, str) and name.strip().lower() in WEIGHT_DTYPE_BITS:
+        return name.strip().lower()
+    raise ConfigError(f"unknown weights dtype {name!r}; known: {', '.join(WEIGHT_DTYPE_BITS)} "
+                      "(any case)")
 
 
 @dataclass(frozen=True)
@@ -45,13 +79,17 @@ class ModelSpec:
         sliding_window: tokens a sliding-window layer attends to (and must keep); ``None``: none.
         sliding_layers: how many of the layers use the sliding window (Mistral-7B-v0.1: all 32;
             Gemma-2: every other one).
-        weights_dtype: the dtype the weights are usually served in ("fp16", "bf16", "fp8", ...).
-        max_position: the longest context the config declares, in tokens.
+        weights_dtype: the dtype the weights are usually served in ("fp16", "bf16", "fp8", ...;
+            any case, stored in lower case).
+        max_position: the longest context the config declares, in tokens (``None``: unknown).
+            The ledger computes any length; figures mark lengths beyond it.
         source: where the numbers come from (Hub repository or paper).
 
+    Sizes may be Python ints or numpy integers (stored as ``int``); bools and floats are refused.
+
     Raises:
-        ConfigError: a non-positive size, ``num_heads % num_kv_heads != 0``, or an inconsistent
-            MLA / sliding-window setting.
+        ConfigError: a non-positive or non-integer size, ``num_heads % num_kv_heads != 0``, an
+            unknown weights dtype, or an inconsistent MLA / sliding-window setting.
     """
 
     name: str
@@ -70,26 +108,42 @@ class ModelSpec:
     source: str = ""
 
     def __post_init__(self) -> None:
+        fix = lambda field, value: object.__setattr__(self, field, value)  # frozen dataclass
         for field in ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim", "num_params"):
-            value = getattr(self, field)
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise ConfigError(f"{self.name}: {field} must be a positive int, got {value!r}")
+            try:
+                fix(field, as_count(field, getattr(self, field), 1))
+            except ConfigError as e:
+                raise ConfigError(f"{self.name}: {e}") from None
+        for field in ("kv_lora_rank", "qk_rope_head_dim", "sliding_layers"):
+            try:
+                fix(field, as_count(field, getattr(self, field), 0))
+            except ConfigError as e:
+                raise ConfigError(f"{self.name}: {e}") from None
+        for field in ("sliding_window", "max_position"):
+            if getattr(self, field) is not None:
+                try:
+                    fix(field, as_count(field, getattr(self, field), 1))
+                except ConfigError as e:
+                    raise ConfigError(f"{self.name}: {e} (or None)") from None
+        try:
+            fix("weights_dtype", weights_dtype_name(self.weights_dtype))
+        except ConfigError as e:
+            raise ConfigError(f"{self.name}: {e}") from None
         if self.num_heads % self.num_kv_heads:
             raise ConfigError(f"{self.name}: num_heads {self.num_heads} is not divisible by "
                               f"num_kv_heads {self.num_kv_heads}")
-        if self.kv_lora_rank < 0 or self.qk_rope_head_dim < 0:
-            raise ConfigError(f"{self.name}: MLA sizes must be >= 0, got kv_lora_rank="
-                              f"{self.kv_lora_rank}, qk_rope_head_dim={self.qk_rope_head_dim}")
         if self.qk_rope_head_dim and not self.kv_lora_rank:
             raise ConfigError(f"{self.name}: qk_rope_head_dim without kv_lora_rank is not MLA")
-        if self.sliding_window is not None and self.sliding_window <= 0:
-            raise ConfigError(f"{self.name}: sliding_window must be > 0 or None, got {self.sliding_window}")
-        if not 0 <= self.sliding_layers <= self.num_layers:
+        if self.sliding_layers > self.num_layers:
             raise ConfigError(f"{self.name}: sliding_layers must be in [0, {self.num_layers}], "
                               f"got {self.sliding_layers}")
         if (self.sliding_window is None) != (self.sliding_layers == 0):
             raise ConfigError(f"{self.name}: give sliding_window and sliding_layers together "
                               f"(got {self.sliding_window}, {self.sliding_layers})")
+
+    def within_max_context(self, seq_len: int) -> bool:
+        """Whether ``seq_len`` tokens fit the context the config declares (True if unknown)."""
+        return self.max_position is None or seq_len <= self.max_position
 
     @property
     def attention_kind(self) -> str:

@@ -296,3 +296,113 @@ def test_ledger_properties(layers, kv_heads, group, head_dim, seq, batch, tp, wi
         per_gpu = kv_bytes_per_token(spec, dt, tp=tp)
         copies = max(1, tp // kv_heads)  # each KV head lives on this many GPUs
         assert tp * per_gpu == copies * per_token
+
+
+# --- input validation (review findings) --------------------------------------------------------
+@pytest.mark.parametrize("kwargs, words", [
+    (dict(bits=0), "bits must be an int >= 1, got 0"),
+    (dict(bits=-8), "got -8"),
+    (dict(bits=8.0), "got 8.0"),
+    (dict(bits=True), "got True"),
+    (dict(bits=4, group_size=-32, scale_bytes=4), "group_size must be an int >= 1, got -32"),
+    (dict(bits=4, group_size=0, scale_bytes=4), "group_size"),
+    (dict(bits=8, scale_bytes=-4), "scale_bytes must be an int >= 0, got -4"),
+])
+def test_kv_dtype_rejects_impossible_sizes(kwargs, words):
+    with pytest.raises(ConfigError, match=words) as err:
+        KVDType("x", **kwargs)
+    assert "'x'" in str(err.value)  # names the dtype too
+
+
+def test_kv_dtype_accepts_numpy_integers():
+    np = pytest.importorskip("numpy")
+    dt = KVDType("int4-g32", np.int64(4), group_size=np.int32(32), scale_bytes=np.uint8(4))
+    assert type(dt.bits) is int and type(dt.group_size) is int and type(dt.scale_bytes) is int
+    vectors = 2 * 32 * 8  # Llama-3-8B: K and V, 32 layers, 8 KV heads, 128 elements each
+    assert kv_bytes_per_token("Llama-3-8B", dt) == vectors * (128 // 2 + 4 * 128 // 32)
+
+
+def test_dtype_names_are_case_insensitive_for_weights_and_kv():
+    assert weights_bytes("Llama-2-7B", "FP16") == weights_bytes("Llama-2-7B", "fp16") == 6_738_415_616 * 2
+    assert weights_bytes("Llama-2-7B", " Int4 ") == 6_738_415_616 // 2
+    assert kv_bytes_per_token("Llama-3-8B", "FP16") == kv_bytes_per_token("Llama-3-8B", "fp16")
+    p = plan_memory("Llama-3-8B", "H100", 1024, weights_dtype="BF16", kv_dtype="FP8")
+    assert (p.weights_dtype, p.kv_dtype) == ("bf16", "fp8")
+    assert model_preset("Llama-3-8B").replace(weights_dtype="BF16").weights_dtype == "bf16"
+    with pytest.raises(ConfigError, match="'fp6'"):
+        model_preset("Llama-3-8B").replace(weights_dtype="fp6")
+
+
+@pytest.mark.parametrize("model, tp", [("Llama-3-8B", 3), ("Llama-3-8B", 64),
+                                       (ModelSpec("odd", 2, 96, 12, 6, 8, 10), 4)])
+def test_weights_and_kv_apply_the_same_tp_rule(model, tp):
+    with pytest.raises(ConfigError, match=f"tp={tp}"):
+        kv_bytes_per_token(model, tp=tp)
+    with pytest.raises(ConfigError, match=f"tp={tp}"):
+        weights_bytes(model, tp=tp)
+
+
+def test_weights_bytes_valid_tp_including_replicated_kv_heads():
+    # Llama-3.1-405B: 8 KV heads over 16 GPUs is valid for the cache, so for the weights too
+    n = model_preset("Llama-3.1-405B").num_params
+    assert weights_bytes("Llama-3.1-405B", tp=16) == -(-n * 2 // 16)
+
+
+def test_counts_accept_numpy_integers_and_give_python_ints():
+    np = pytest.importorskip("numpy")
+    assert kv_cache_bytes("Llama-3-8B", np.int64(8192), np.int32(2)) == 2 * GiB
+    assert kv_bytes_per_token("Llama-3-70B", tp=np.int64(8)) == 2 * 80 * 1 * 128 * 2
+    assert weights_bytes("Llama-3-70B", tp=np.int16(8)) == math.ceil(70_553_706_496 * 2 / 8)
+    assert kv_slots("OPT-13B", np.int64(12 * GiB)) == 12 * GiB // 819_200
+    p = plan_memory("Llama-3-8B", "A100-80GB", np.int64(8192), np.int64(16), tp=np.int64(1),
+                    block_size=np.int64(16), reserve_fraction=np.float64(0.1))
+    assert p == plan_memory("Llama-3-8B", "A100-80GB", 8192, 16, block_size=16)
+    assert all(type(v) is int for v in (p.seq_len, p.batch_size, p.tp, p.reserve_bytes))
+    spec = ModelSpec("np", np.int64(2), np.int64(64), np.int64(4), np.int64(2), np.int64(16),
+                     np.int64(100), max_position=np.int64(512))
+    assert type(spec.num_layers) is int and spec.max_position == 512
+    assert kv_bytes_per_token(spec) == 2 * 2 * 2 * 16 * 2
+
+
+@pytest.mark.parametrize("call", [
+    lambda np: kv_cache_bytes("Llama-3-8B", np.bool_(True), 1),
+    lambda np: kv_cache_bytes("Llama-3-8B", np.float64(8.0), 1),
+    lambda np: kv_cache_bytes("Llama-3-8B", 8, False),
+    lambda np: kv_bytes_per_token("Llama-3-8B", tp=True),
+    lambda np: kv_bytes_per_token("Llama-3-8B", tp=2.0),
+    lambda np: weights_bytes("Llama-3-8B", tp=np.float32(2)),
+    lambda np: kv_slots("OPT-13B", 1.5e9),
+    lambda np: plan_memory("Llama-3-8B", "T4", "8192"),
+    lambda np: plan_memory("Llama-3-8B", "T4", 8, block_size=16.0),
+    lambda np: ModelSpec("f", 2.0, 64, 4, 2, 16, 100),
+    lambda np: ModelSpec("f", 2, 64, 4, 2, 16, 100, max_position=0),
+    lambda np: ModelSpec("f", 2, 64, 4, 2, 16, 100, sliding_window=1.5, sliding_layers=2),
+])
+def test_bools_floats_and_strings_are_not_counts(call):
+    np = pytest.importorskip("numpy")
+    with pytest.raises(ConfigError, match="must be an int"):
+        call(np)
+
+
+@pytest.mark.parametrize("reserve", ["0.1", None, True, float("nan"), -0.1, 1])
+def test_reserve_fraction_must_be_a_number_in_range(reserve):
+    with pytest.raises(ConfigError, match="reserve_fraction") as err:
+        plan_memory("Llama-3-8B", "T4", 8, reserve_fraction=reserve)
+    assert repr(reserve) in str(err.value)
+
+
+def test_plan_says_when_the_context_is_beyond_the_model():
+    inside = plan_memory("Llama-2-7B", "A100-80GB", 4096)
+    beyond = plan_memory("Llama-2-7B", "A100-80GB", 4097)
+    assert inside.max_position == beyond.max_position == 4096  # meta-llama/Llama-2-7b-hf
+    assert inside.within_max_context and not beyond.within_max_context
+    assert "beyond" not in inside.summary() and "maximum context (4,096)" in beyond.summary()
+    assert model_preset("OPT-13B").within_max_context(2048)
+    assert not model_preset("OPT-13B").within_max_context(2049)
+
+
+def test_format_bytes_auto_picks_a_readable_unit():
+    assert format_bytes(512, "auto") == "512 B"
+    assert format_bytes(6 * 2**20, "auto") == f"6.00 MiB ({6 * 2**20 / 10**6:.2f} MB)"
+    assert format_bytes(3 * 2**10, "auto") == "3.00 KiB (3.07 KB)"
+    assert format_bytes(160 * GiB, "auto") == format_bytes(160 * GiB) == "160.00 GiB (171.80 GB)"
