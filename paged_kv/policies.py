@@ -31,6 +31,7 @@ from collections import deque
 
 import numpy as np
 
+from ._validate import count, real
 from .errors import BlockError, ConfigError, OutOfBlocksError
 
 __all__ = ["CATEGORIES", "MemoryPolicy", "ContiguousPolicy", "OrcaMax", "OrcaPow2", "OrcaOracle",
@@ -47,16 +48,14 @@ class MemoryPolicy:
     ``num_seqs``; ``sum_len`` (token states); ``sum_cap`` (sum of ``min(A, F)``); ``sum_alloc``.
 
     Raises:
-        ConfigError: ``pool_slots`` or ``max_seq_len`` not a positive int.
+        ConfigError: ``pool_slots`` or ``max_seq_len`` not an int >= 1 (numpy ints are fine;
+            bools and floats are not).
     """
 
     name = "policy"
 
     def __init__(self, pool_slots: int, max_seq_len: int = 2048) -> None:
-        for label, v in (("pool_slots", pool_slots), ("max_seq_len", max_seq_len)):
-            if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
-                raise ConfigError(f"{label} must be a positive int, got {v!r}")
-        self.pool_slots, self.max_seq_len = int(pool_slots), int(max_seq_len)
+        self.pool_slots, self.max_seq_len = count("pool_slots", pool_slots), count("max_seq_len", max_seq_len)
         self.num_seqs = self.sum_len = self.sum_cap = self.sum_alloc = 0
         self._seqs: dict[int, list[int]] = {}  # rid -> [prompt_len, final_len, admit_step]
         self._now = -1
@@ -325,11 +324,10 @@ class PagedPolicy(MemoryPolicy):
     def __init__(self, pool_slots: int, max_seq_len: int = 2048, block_size: int = 16,
                  watermark: float = 0.01) -> None:
         super().__init__(pool_slots, max_seq_len)
-        if not isinstance(block_size, (int, np.integer)) or block_size < 1 or block_size > pool_slots:
-            raise ConfigError(f"block_size must be an int in [1, pool_slots={pool_slots}], got {block_size!r}")
-        if not 0 <= watermark < 1:
-            raise ConfigError(f"watermark must be in [0, 1), got {watermark!r}")
-        self.block_size = int(block_size)
+        self.block_size = count("block_size", block_size)
+        if self.block_size > self.pool_slots:
+            raise ConfigError(f"block_size must be an int in [1, pool_slots={self.pool_slots}], got {block_size!r}")
+        watermark = real("watermark", watermark, 0.0, 1.0, high_open=True)
         self.num_blocks = self.pool_slots // self.block_size
         self.leftover = self.pool_slots - self.num_blocks * self.block_size
         self.watermark_blocks = int(watermark * self.num_blocks)
@@ -425,6 +423,8 @@ def make_policy(name: str, pool_slots: int, max_seq_len: int = 2048, **kwargs) -
     Raises:
         ConfigError: unknown name (the message lists the known ones) or bad arguments.
     """
+    if not isinstance(name, str):
+        raise ConfigError(f"policy name must be a string, one of {sorted(POLICIES)}; got {name!r}")
     key = name.lower().replace("orca", "").strip(" -_()")
     if key not in POLICIES:
         raise ConfigError(f"unknown policy {name!r}; known: {sorted(POLICIES)}")

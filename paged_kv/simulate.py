@@ -16,7 +16,9 @@ scheduling and vLLM's scheduler, vLLM paper §4.5 and §6.1) does, in this order
 
 Only the memory policy differs between runs.  Time comes from :class:`IterationTime`; the default
 (1 s per step) makes a hand-made trace's arrival times read as step numbers.  The paper's set-up
-(:data:`PAPER_SETUP`, OPT-13B on one A100-40GB) charges a roofline estimate instead.
+(:data:`paged_kv.paper_setup.PAPER_SETUP`, OPT-13B on one A100-40GB) charges a roofline estimate
+instead.  ``ServingSetup``, ``PAPER_SETUP``, ``PAPER_RESULTS``, ``A100_40GB``, ``comparison_rows``
+and ``format_table`` live in :mod:`paged_kv.paper_setup`; importing them from here still works.
 
 A step costs O(1) Python work plus O(1) per event (admission, completion, preemption, new
 block), so 10,000 requests take seconds (``benchmarks/simulate_bench.py``).
@@ -25,37 +27,31 @@ block), so 10,000 requests take seconds (``benchmarks/simulate_bench.py``).
 from __future__ import annotations
 
 import heapq
-import inspect
 import math
 from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from ._validate import count, real
 from .errors import ConfigError, PagedKVError
-from .policies import CATEGORIES, MemoryPolicy, make_policy
-from .traces import Trace, synthetic_trace
+from .policies import CATEGORIES, MemoryPolicy
+from .traces import Trace
 
-__all__ = ["A100_40GB", "IterationTime", "Layout", "PAPER_RESULTS", "PAPER_SETUP", "ServingSetup",
-           "SimResult", "comparison_rows", "format_table", "simulate"]
+__all__ = ["IterationTime", "Layout", "STEP_FIELDS", "SimResult", "simulate"]
+
+# Moved to paged_kv.paper_setup (which imports this module); re-exported lazily (PEP 562).
+_MOVED = ("A100_40GB", "PAPER_RESULTS", "PAPER_SETUP", "ServingSetup", "comparison_rows", "format_table")
+
+
+def __getattr__(name: str):
+    if name in _MOVED:
+        from . import paper_setup
+        return getattr(paper_setup, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 STEP_FIELDS = ("time_s", "dt_s", "running", "waiting", *CATEGORIES, "admitted", "prefill_tokens",
                "preempted", "finished")
-
-# NVIDIA A100 40GB SXM4 datasheet: HBM2 bandwidth 1,555 GB/s; fp16 Tensor Core 312 TFLOPS (dense).
-A100_40GB = {"hbm_bytes_per_s": 1.555e12, "fp16_flops_per_s": 312e12,
-             "source": "NVIDIA A100 Tensor Core GPU datasheet (40GB SXM4)"}
-
-# The numbers the paper prints, to show beside ours.  Cited facts, not results of this package.
-PAPER_RESULTS = {
-    "citation": ("W. Kwon et al., \"Efficient Memory Management for Large Language Model Serving "
-                 "with PagedAttention\", SOSP 2023 (arXiv:2309.06180)"),
-    # Fig. 2: share of KV-cache memory holding token states, averaged over the §6.2 experiment.
-    "token_state_share": {"existing systems (range)": (0.204, 0.382), "vLLM": 0.963},
-    # Fig. 13a: average number of batched requests, OPT-13B, ShareGPT trace at 2 req/s.
-    "mean_batch": {"max": 7.00, "pow2": 9.81, "oracle": 13.62, "paged": 30.42},
-}
-
 
 @dataclass(frozen=True)
 class IterationTime:
@@ -70,8 +66,9 @@ class IterationTime:
     per_prefill_token_s: float = 0.0
 
     def __post_init__(self) -> None:
-        if not (self.base_s > 0 and self.per_kv_token_s >= 0 and self.per_prefill_token_s >= 0):
-            raise ConfigError(f"need base_s > 0 and non-negative per-token costs, got {self}")
+        object.__setattr__(self, "base_s", real("base_s", self.base_s, 0.0, low_open=True))
+        for label in ("per_kv_token_s", "per_prefill_token_s"):
+            object.__setattr__(self, label, real(label, getattr(self, label), 0.0))
 
     def __call__(self, kv_tokens: int, prefill_tokens: int) -> float:
         return self.base_s + self.per_kv_token_s * kv_tokens + self.per_prefill_token_s * prefill_tokens
@@ -82,10 +79,18 @@ class IterationTime:
         """A memory-bound decode step: read every weight once and every cached K/V once;
         prefill compute-bound at 2 FLOPs per parameter per token (fp16 weights: params = bytes / 2).
 
-        ``efficiency`` (0, 1] scales the hardware peaks; 1 is the ideal, an optimistic bound.
+        ``efficiency`` in (0, 1] scales the hardware peaks; 1 is the ideal, an optimistic bound.
+
+        Raises:
+            ConfigError: a size, bandwidth or FLOP rate that is not a finite number > 0, or an
+                efficiency outside (0, 1].
         """
-        bw, fl = hbm_bytes_per_s * efficiency, flops_per_s * efficiency
-        return cls(weight_bytes / bw, kv_bytes_per_token / bw, 2 * (weight_bytes / 2) / fl)
+        w, kv, bw, fl = (real(n, v, 0.0, low_open=True) for n, v in (
+            ("weight_bytes", weight_bytes), ("kv_bytes_per_token", kv_bytes_per_token),
+            ("hbm_bytes_per_s", hbm_bytes_per_s), ("flops_per_s", flops_per_s)))
+        eff = real("efficiency", efficiency, 0.0, 1.0, low_open=True)
+        bw, fl = bw * eff, fl * eff
+        return cls(w / bw, kv / bw, 2 * (w / 2) / fl)
 
 
 @dataclass(frozen=True)
@@ -127,19 +132,41 @@ class SimResult:
         return len(self.steps["time_s"])
 
     def window(self) -> tuple[float, float]:
-        """The measurement window: from the first to the last arrival (s)."""
-        return float(self.trace.arrival_s[0]), float(self.trace.arrival_s[-1])
+        """The measurement window (s): from the first to the last arrival, the stretch in which the
+        load is the trace's (afterwards the queue only drains).
+
+        A burst, every request arriving at one instant (e.g. a single request), has no such
+        stretch: its window is the whole run, from the burst to the end of the last step, so
+        averages are over the steps it took (each weighted by its duration).
+        """
+        a0, a1 = float(self.trace.arrival_s[0]), float(self.trace.arrival_s[-1])
+        if a1 == a0 and self.num_steps:
+            a1 = float(self.steps["time_s"][-1] + self.steps["dt_s"][-1])
+        return a0, a1
 
     def time_average(self, name: str, t0: float | None = None, t1: float | None = None) -> float:
-        """Time-weighted mean of a step field over ``[t0, t1]`` (default: :meth:`window`),
-        with idle time counted as an empty pool."""
+        """Time-weighted mean of step field ``name`` over ``[t0, t1]`` (default: :meth:`window`),
+        with idle time counted as an empty pool.
+
+        ``t0 == t1`` gives the value at that instant: the step running at ``t0`` (steps cover
+        ``[time_s, time_s + dt_s)``), or the empty pool if none was.
+
+        Raises:
+            ConfigError: an unknown field, a time that is not a finite number, or ``t1 < t0``.
+        """
+        if name not in self.steps:
+            raise ConfigError(f"unknown step field {name!r}; known: {list(self.steps)}")
         w0, w1 = self.window()
-        t0, t1 = (w0 if t0 is None else t0), (w1 if t1 is None else t1)
-        if not t1 > t0:
-            raise ConfigError(f"empty averaging window [{t0}, {t1}]")
-        start = self.steps["time_s"]
-        overlap = np.clip(np.minimum(start + self.steps["dt_s"], t1) - np.maximum(start, t0), 0, None)
+        t0 = w0 if t0 is None else real("t0", t0)
+        t1 = w1 if t1 is None else real("t1", t1)
+        if t1 < t0:
+            raise ConfigError(f"averaging window [{t0}, {t1}] ends before it starts")
+        start, dt = self.steps["time_s"], self.steps["dt_s"]
         idle = {"free": self.pool_slots - self.idle_external, "external": self.idle_external}.get(name, 0)
+        if t1 == t0:
+            k = int(np.searchsorted(start, t0, side="right")) - 1
+            return float(self.steps[name][k]) if k >= 0 and t0 < start[k] + dt[k] else float(idle)
+        overlap = np.clip(np.minimum(start + dt, t1) - np.maximum(start, t0), 0, None)
         busy = float(overlap.sum())
         return (float((self.steps[name] * overlap).sum()) + idle * ((t1 - t0) - busy)) / (t1 - t0)
 
@@ -152,7 +179,7 @@ class SimResult:
         the basis of the paper's Fig. 2, which was measured on a full pool."""
         s = self.shares()
         used = 1.0 - s["free"]
-        return {c: s[c] / used for c in CATEGORIES if c != "free"}
+        return {c: (s[c] / used if used > 0 else math.nan) for c in CATEGORIES if c != "free"}
 
     def mean_batch(self) -> float:
         """Time-averaged number of running requests over :meth:`window` (the paper's Fig. 13)."""
@@ -176,11 +203,21 @@ class SimResult:
 def _layout_steps(layouts) -> tuple[int, set]:
     if layouts is None:
         return 0, set()
-    if isinstance(layouts, (int, np.integer)):
-        if layouts < 1:
-            raise ConfigError(f"layouts=k records every k-th step; k must be >= 1, got {layouts}")
-        return int(layouts), set()
-    return 0, {int(s) for s in layouts}
+    if isinstance(layouts, (int, np.integer, bool, np.bool_)):
+        return count("layouts (record every k-th step)", layouts), set()
+    try:
+        return 0, {count("layouts (a step number)", s, minimum=0) for s in layouts}
+    except TypeError:
+        raise ConfigError(f"layouts must be None, an int k >= 1 or step numbers, got {layouts!r}") from None
+
+
+def _layout_times(times) -> list[float]:
+    if times is None:
+        return []
+    try:
+        return sorted(real("layout_times (a time in s)", t, 0.0) for t in times)
+    except TypeError:
+        raise ConfigError(f"layout_times must be None or an iterable of times (s), got {times!r}") from None
 
 
 def simulate(trace: Trace, policy: MemoryPolicy, *, iteration_time: IterationTime | None = None,
@@ -203,14 +240,25 @@ def simulate(trace: Trace, policy: MemoryPolicy, *, iteration_time: IterationTim
             categories sum to the pool, no slot owned twice, paging's ``BS - 1`` bound).  Slow.
 
     Raises:
-        ConfigError: a request that could never fit (longer than ``max_seq_len`` or the pool),
-            a policy already in use, or bad arguments.
+        ConfigError: an empty trace, a request that could never fit (longer than ``max_seq_len``
+            or the pool), a policy already in use, or bad arguments: counts (``max_batch``,
+            ``max_prefill_tokens``, ``layouts``) must be ints >= 1 (numpy ints are fine, bools
+            and floats are not), ``layout_times`` finite and >= 0.
     """
+    if not isinstance(trace, Trace):
+        raise ConfigError(f"trace must be a paged_kv.traces.Trace, got {type(trace).__name__}")
+    if not len(trace):
+        raise ConfigError(f"trace {trace.name!r} holds no requests")
+    if not isinstance(policy, MemoryPolicy):
+        raise ConfigError(f"policy must be a paged_kv.policies.MemoryPolicy, got {policy!r}")
+    if iteration_time is not None and not isinstance(iteration_time, IterationTime):
+        raise ConfigError(f"iteration_time must be an IterationTime or None, got {iteration_time!r}")
     it = iteration_time or IterationTime()
     if policy.num_seqs:
         raise ConfigError("simulate needs a fresh policy (this one has running requests)")
-    if not isinstance(max_batch, int) or max_batch < 1:
-        raise ConfigError(f"max_batch must be a positive int, got {max_batch!r}")
+    max_batch = count("max_batch", max_batch)
+    if max_prefill_tokens is not None:
+        max_prefill_tokens = count("max_prefill_tokens", max_prefill_tokens)
     arr, P, O = trace.arrival_s.tolist(), trace.prompt_len.tolist(), trace.output_len.tolist()
     N = len(arr)
     for i in range(N):
@@ -218,7 +266,7 @@ def simulate(trace: Trace, policy: MemoryPolicy, *, iteration_time: IterationTim
             raise ConfigError(f"request {i} (prompt {P[i]}, output {O[i]}) can never fit {policy!r} "
                               f"with max_seq_len {policy.max_seq_len}")
     every, at = _layout_steps(layouts)
-    times = sorted(float(t) for t in (() if layout_times is None else layout_times))
+    times = _layout_times(layout_times)
     ti = 0
     idle_external = policy.split_free(None)[0]
     p_now, o_left = P[:], O[:]  # a recompute preemption turns generated tokens into prompt
@@ -306,99 +354,3 @@ def simulate(trace: Trace, policy: MemoryPolicy, *, iteration_time: IterationTim
     steps = {name: (table[:, j] if j < 2 else table[:, j].astype(np.int64)) for j, name in enumerate(STEP_FIELDS)}
     return SimResult(policy.name, policy.pool_slots, trace, steps, np.array(first_admit), np.array(finish),
                      np.array(npre, dtype=np.int64), idle_external, getattr(policy, "block_size", None), recorded)
-
-
-@dataclass(frozen=True)
-class ServingSetup:
-    """A serving set-up to simulate: model, KV budget, context length, trace, step time.
-
-    The default, :data:`PAPER_SETUP`, is the paper's Fig. 13a: OPT-13B on one A100-40GB with
-    12 GiB for the KV cache (Table 1: 15.7K slots), max length 2048, ShareGPT at 2 req/s.
-
-    ``efficiency`` scales the A100's peak bandwidth and FLOPs in the roofline step time.  The
-    default 0.5 puts the simulated engine in the paper's regime.  By Little's law applied to the
-    running requests, a mean batch of 30.42 at 2 req/s with 338-token outputs (Fig. 13a) means
-    30.42 / (2 x 338) = ~45 ms per generated token, i.e. per step: roughly twice the ideal
-    roofline step at that batch (~26 ms).  With the ideal (1.0), 2 req/s does not fill the pool
-    and paging's batch is set by arrivals, not by memory; chapter 4 shows both.
-    """
-
-    model: str = "OPT-13B"
-    kv_dtype: str = "fp16"
-    kv_gib: float = 12.0
-    max_seq_len: int = 2048
-    rate_per_s: float = 2.0
-    lengths: str = "sharegpt"
-    num_requests: int = 2000
-    efficiency: float = 0.5
-
-    @property
-    def kv_bytes_per_token(self) -> int:
-        """Bytes of K and V per token, from :mod:`paged_kv.memory` (OPT-13B fp16: 819,200)."""
-        from . import memory
-        return memory.kv_bytes_per_token(memory.model_preset(self.model), self.kv_dtype)
-
-    @property
-    def pool_slots(self) -> int:
-        """Token slots in the KV budget: ``floor(kv_gib * 2**30 / kv_bytes_per_token)``."""
-        return int(self.kv_gib * 2**30) // self.kv_bytes_per_token
-
-    def iteration_time(self) -> IterationTime:
-        """Roofline step time on an A100-40GB (:data:`A100_40GB`), scaled by ``efficiency``."""
-        from . import memory
-        weights = memory.weights_bytes(memory.model_preset(self.model), "fp16")
-        return IterationTime.roofline(weights, self.kv_bytes_per_token, A100_40GB["hbm_bytes_per_s"],
-                                      A100_40GB["fp16_flops_per_s"], self.efficiency)
-
-    def trace(self, seed: int = 0, num_requests: int | None = None, rate_per_s: float | None = None) -> Trace:
-        return synthetic_trace(num_requests or self.num_requests, rate_per_s or self.rate_per_s,
-                               self.lengths, seed)
-
-    def policy(self, name: str, **kwargs) -> MemoryPolicy:
-        return make_policy(name, self.pool_slots, self.max_seq_len, **kwargs)
-
-    def run(self, name: str, trace: Trace | None = None, seed: int = 0, **kwargs) -> SimResult:
-        """Simulate policy ``name`` (kwargs: policy options, or :func:`simulate` options)."""
-        sim_keys = set(inspect.signature(simulate).parameters) - {"trace", "policy"}
-        sim = {k: kwargs.pop(k) for k in list(kwargs) if k in sim_keys}
-        sim.setdefault("iteration_time", self.iteration_time())
-        return simulate(trace if trace is not None else self.trace(seed), self.policy(name, **kwargs), **sim)
-
-
-PAPER_SETUP = ServingSetup()
-
-
-def comparison_rows(results: dict[str, SimResult]) -> list[dict]:
-    """Our figures beside :data:`PAPER_RESULTS`: one row per policy short name in ``results``.
-
-    Columns: mean batch (ours, paper's Fig. 13a) and token-state share of used memory (ours,
-    paper's Fig. 2; the paper gives one range for the three Orca variants).
-    """
-    rows = []
-    for key, res in results.items():
-        paper_share = (PAPER_RESULTS["token_state_share"]["vLLM"] if key == "paged"
-                       else PAPER_RESULTS["token_state_share"]["existing systems (range)"])
-        rows.append({"policy": res.policy, "batch (ours)": res.mean_batch(),
-                     "batch (paper)": PAPER_RESULTS["mean_batch"].get(key, math.nan),
-                     "token share (ours)": res.used_shares()["token_states"],
-                     "token share (paper)": paper_share})
-    return rows
-
-
-def _fmt(v, percent: bool) -> str:
-    if isinstance(v, tuple):
-        return "–".join(_fmt(x, percent) for x in v)
-    if isinstance(v, float):
-        return f"{100 * v:.1f}%" if percent else f"{v:.2f}"
-    return str(v)
-
-
-def format_table(rows: list[dict]) -> str:
-    """Rows of dicts as a fixed-width text table; columns named "... share ..." print as %."""
-    if not rows:
-        return ""
-    cols = list(rows[0])
-    cells = [[_fmt(r[c], "share" in c) for c in cols] for r in rows]
-    width = [max(len(c), *(len(row[j]) for row in cells)) for j, c in enumerate(cols)]
-    line = lambda vals: "  ".join(v.rjust(w) if j else v.ljust(w) for j, (v, w) in enumerate(zip(vals, width)))
-    return "\n".join([line(cols), line(["-" * w for w in width]), *map(line, cells)])

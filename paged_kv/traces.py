@@ -27,9 +27,10 @@ from pathlib import Path
 
 import numpy as np
 
+from ._validate import count, numeric_array, real
 from .errors import ConfigError
 
-__all__ = ["ALPACA_LIKE", "LENGTH_MODELS", "SHAREGPT_LIKE", "LengthModel", "Trace", "load_trace",
+__all__ = ["ALPACA_LIKE", "LENGTH_MODELS", "SHAREGPT_LIKE", "LengthModel", "Trace", "length_model", "load_trace",
            "poisson_arrivals", "synthetic_trace", "trace_from_rows"]
 
 _erf = np.frompyfunc(math.erf, 1, 1)
@@ -56,19 +57,22 @@ class Trace:
     name: str = "trace"
 
     def __post_init__(self) -> None:
-        a = np.asarray(self.arrival_s, dtype=np.float64).reshape(-1)
-        p = np.asarray(self.prompt_len).reshape(-1)
-        o = np.asarray(self.output_len).reshape(-1)
+        a = numeric_array("arrival_s", self.arrival_s).astype(np.float64)
+        p = _lengths("prompt_len", self.prompt_len)
+        o = _lengths("output_len", self.output_len)
         if not (len(a) == len(p) == len(o)):
             raise ConfigError(f"trace arrays differ in length: arrival {len(a)}, prompt {len(p)}, output {len(o)}")
-        for label, x in (("prompt_len", p), ("output_len", o)):
-            if len(x) and (not np.all(np.equal(np.round(x), x)) or x.min() < 1):
-                raise ConfigError(f"{label} must hold whole numbers >= 1, got min {x.min()!r}")
-        if len(a) and (not np.all(np.isfinite(a)) or a.min() < 0 or np.any(np.diff(a) < 0)):
-            raise ConfigError("arrival_s must be finite, >= 0 and sorted (non-decreasing)")
+        bad = np.flatnonzero(~np.isfinite(a) | (a < 0))
+        if len(bad):
+            raise ConfigError(f"arrival_s must be finite and >= 0, got {a[bad[0]].item()!r} (request {bad[0]})")
+        back = np.flatnonzero(np.diff(a) < 0)
+        if len(back):
+            i = back[0] + 1
+            raise ConfigError(f"arrival_s must be sorted (non-decreasing): request {i} arrives at "
+                              f"{a[i].item()!r} s, after request {i - 1} at {a[i - 1].item()!r} s")
         object.__setattr__(self, "arrival_s", a)
-        object.__setattr__(self, "prompt_len", p.astype(np.int64))
-        object.__setattr__(self, "output_len", o.astype(np.int64))
+        object.__setattr__(self, "prompt_len", p)
+        object.__setattr__(self, "output_len", o)
 
     def __len__(self) -> int:
         return len(self.arrival_s)
@@ -96,15 +100,35 @@ class Trace:
                 w.writerow([repr(a), p, o])
 
 
+def _lengths(label: str, values) -> np.ndarray:
+    """``[N]`` int64 token counts; each must be finite, whole and in [1, 2**53]."""
+    x = numeric_array(label, values)
+    xf = x.astype(np.float64)
+    bad = np.flatnonzero(~np.isfinite(xf) | (np.round(xf) != xf) | (xf < 1) | (xf > 2.0**53))
+    if len(bad):
+        raise ConfigError(f"{label} must hold whole numbers >= 1, got {x[bad[0]].item()!r} (request {bad[0]})")
+    return x.astype(np.int64)
+
+
 def trace_from_rows(rows, name: str = "hand-made") -> Trace:
-    """A :class:`Trace` from ``(arrival_s, prompt_len, output_len)`` rows, sorted stably by arrival."""
-    rows = list(rows)
-    if any(len(r) != 3 for r in rows):
-        raise ConfigError("each row must be (arrival_s, prompt_len, output_len)")
-    rows.sort(key=lambda r: float(r[0]))
-    a, p, o = (np.array([r[i] for r in rows]) for i in range(3))
-    return Trace(a.astype(np.float64) if len(rows) else np.zeros(0), p if len(rows) else np.zeros(0, np.int64),
-                 o if len(rows) else np.zeros(0, np.int64), name)
+    """A :class:`Trace` from ``(arrival_s, prompt_len, output_len)`` rows, sorted stably by arrival.
+
+    Raises:
+        ConfigError: a row that is not three numbers, or values :class:`Trace` rejects (an
+            infinite or fractional length, a negative or non-finite arrival).
+    """
+    try:
+        rows = [tuple(r) for r in rows]
+    except TypeError:
+        raise ConfigError(f"rows must be an iterable of (arrival_s, prompt_len, output_len), got {rows!r:.80}") from None
+    for i, r in enumerate(rows):
+        if len(r) != 3:
+            raise ConfigError(f"each row must be (arrival_s, prompt_len, output_len); row {i} is {r!r}")
+    if not rows:
+        return Trace(np.zeros(0), np.zeros(0, np.int64), np.zeros(0, np.int64), name)
+    a = numeric_array("arrival_s", [r[0] for r in rows]).astype(np.float64)
+    order = np.argsort(a, kind="stable")
+    return Trace(a[order], [rows[i][1] for i in order], [rows[i][2] for i in order], name)
 
 
 _COLUMNS = {"arrival_s": ("arrival_s", "arrival", "arrival_time", "time", "timestamp"),
@@ -143,8 +167,8 @@ def load_trace(path: str | Path, name: str | None = None) -> Trace:
         raise ConfigError(f"{path}: the trace holds no requests")
     keys = set(records[0])
     ka, kp, ko = (_pick(keys, w, path) for w in ("arrival_s", "prompt_len", "output_len"))
-    try:
-        rows = [(float(r[ka]), int(float(r[kp])), int(float(r[ko]))) for r in records]
+    try:  # lengths stay floats here so that Trace rejects "2.5" or "inf" instead of truncating
+        rows = [(float(r[ka]), float(r[kp]), float(r[ko])) for r in records]
     except (TypeError, ValueError) as e:
         raise ConfigError(f"{path}: non-numeric value in trace ({e})") from None
     t0 = min(r[0] for r in rows)
@@ -156,9 +180,11 @@ def poisson_arrivals(num_requests: int, rate_per_s: float, rng: np.random.Genera
 
     The first request arrives after one gap, not at 0, as in vLLM's benchmark client.
     """
-    if not rate_per_s > 0 or not math.isfinite(rate_per_s):
-        raise ConfigError(f"rate_per_s must be a positive finite number, got {rate_per_s!r}")
-    return np.cumsum(rng.exponential(1.0 / rate_per_s, size=num_requests))
+    n = count("num_requests", num_requests, minimum=0)
+    rate = real("rate_per_s", rate_per_s, 0.0, low_open=True)
+    if not isinstance(rng, np.random.Generator):
+        raise ConfigError(f"rng must be a numpy.random.Generator, got {rng!r}")
+    return np.cumsum(rng.exponential(1.0 / rate, size=n))
 
 
 @dataclass(frozen=True)
@@ -186,6 +212,10 @@ class LengthModel:
     source: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
+        for label in ("min_len", "max_prompt", "max_total"):
+            count(label, getattr(self, label))
+        for label in ("mean_prompt", "mean_output", "sigma_prompt", "sigma_output"):
+            real(label, getattr(self, label))
         if not (1 <= self.min_len <= self.max_prompt < self.max_total):
             raise ConfigError(f"need 1 <= min_len <= max_prompt < max_total, got "
                               f"{self.min_len}, {self.max_prompt}, {self.max_total}")
@@ -260,6 +290,19 @@ ALPACA_LIKE = LengthModel("Alpaca-like", 19.31, 58.45, sigma_prompt=0.6, sigma_o
 LENGTH_MODELS = {"sharegpt": SHAREGPT_LIKE, "alpaca": ALPACA_LIKE}
 
 
+def length_model(lengths: str | LengthModel) -> LengthModel:
+    """The :class:`LengthModel` named ``lengths`` (``"sharegpt"``, ``"alpaca"``), or ``lengths`` itself.
+
+    Raises:
+        ConfigError: an unknown name (the message lists the known ones) or another type.
+    """
+    if isinstance(lengths, LengthModel):
+        return lengths
+    if not isinstance(lengths, str) or lengths.lower() not in LENGTH_MODELS:
+        raise ConfigError(f"unknown length model {lengths!r}; known: {sorted(LENGTH_MODELS)} or a LengthModel")
+    return LENGTH_MODELS[lengths.lower()]
+
+
 def synthetic_trace(num_requests: int, rate_per_s: float, lengths: str | LengthModel = "sharegpt",
                     seed: int = 0) -> Trace:
     """``num_requests`` requests with Poisson arrivals at ``rate_per_s`` and lengths from ``lengths``.
@@ -269,15 +312,14 @@ def synthetic_trace(num_requests: int, rate_per_s: float, lengths: str | LengthM
         seed: the same seed gives the same trace (one ``numpy.random.Generator`` for everything).
 
     Raises:
-        ConfigError: unknown ``lengths`` name, ``num_requests < 1`` or a bad rate.
+        ConfigError: unknown ``lengths`` name, ``num_requests`` not an int >= 1 (numpy ints are
+            fine; bools and floats are not), a rate that is not a finite number > 0, or a seed
+            that is not an int >= 0.
     """
-    if isinstance(lengths, str):
-        if lengths.lower() not in LENGTH_MODELS:
-            raise ConfigError(f"unknown length model {lengths!r}; known: {sorted(LENGTH_MODELS)}")
-        lengths = LENGTH_MODELS[lengths.lower()]
-    if not isinstance(num_requests, int) or num_requests < 1:
-        raise ConfigError(f"num_requests must be a positive int, got {num_requests!r}")
-    rng = np.random.default_rng(seed)
+    lengths = length_model(lengths)
+    num_requests = count("num_requests", num_requests)
+    rate_per_s = real("rate_per_s", rate_per_s, 0.0, low_open=True)
+    rng = np.random.default_rng(count("seed", seed, minimum=0))
     arrivals = poisson_arrivals(num_requests, rate_per_s, rng)
     prompt, output = lengths.sample(num_requests, rng)
     return Trace(arrivals, prompt, output, f"{lengths.name} @ {rate_per_s:g} req/s")

@@ -130,6 +130,23 @@ def test_misuse_raises():
         make_policy("max", 10, block_size=4)
 
 
+def test_counts_accept_numpy_ints_reject_bools_floats_and_strings():
+    assert OrcaMax(np.int64(10), np.int32(4)).reservation(1, 1) == 4
+    pol = PagedPolicy(np.int64(64), block_size=np.int16(8), watermark=np.float64(0.05))
+    assert (pol.block_size, pol.num_blocks, pol.watermark_blocks) == (8, 8, 0)
+    for kw, what in ((dict(block_size=True), "block_size"), (dict(block_size=4.0), "block_size"),
+                     (dict(watermark="0.01"), "watermark"), (dict(watermark=float("nan")), "watermark"),
+                     (dict(watermark=1.0), "watermark"), (dict(watermark=-0.1), "watermark"),
+                     (dict(watermark=True), "watermark")):
+        with pytest.raises(ConfigError, match=what):
+            PagedPolicy(64, **kw)
+    for args in ((10.0,), (True,), (10, 4.0), ("10",)):
+        with pytest.raises(ConfigError):
+            OrcaOracle(*args)
+    with pytest.raises(ConfigError, match="policy name"):
+        make_policy(3, 10)
+
+
 def test_make_policy_names():
     assert isinstance(make_policy("Orca (Max)", 10, 4), OrcaMax)
     assert isinstance(make_policy("orca-pow2", 10, 4), OrcaPow2)

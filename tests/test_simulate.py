@@ -8,8 +8,8 @@ import pytest
 import paged_kv  # noqa: F401
 from paged_kv.errors import ConfigError
 from paged_kv.policies import CATEGORIES, OrcaMax, OrcaOracle, OrcaPow2, PagedPolicy, make_policy
-from paged_kv.simulate import (PAPER_RESULTS, PAPER_SETUP, IterationTime, comparison_rows, format_table,
-                               simulate)
+from paged_kv.paper_setup import PAPER_RESULTS, PAPER_SETUP, ServingSetup, comparison_rows, format_table
+from paged_kv.simulate import IterationTime, simulate
 from paged_kv.traces import synthetic_trace, trace_from_rows
 
 
@@ -243,3 +243,101 @@ def test_strip_panel_resimulates_on_change(use_figure_widget):
     assert panel.state["res"].block_size == 64
     when.value = 3
     assert "mean batch" in panel.children[2].value
+
+
+# --- a burst (every request at one instant): the averaging window is the whole run --------------
+def test_burst_averages_over_the_run():
+    """Orca (Max), 16 slots, max length 8, three requests at t=0 (the chapter's internal trace).
+    By hand: step 0 runs requests 0 (3 tokens) and 1 (4 tokens, finishes); step 1 runs 0 (4 tokens,
+    finishes) and 2 (2 tokens); steps 2 and 3 run request 2 (3, then 4 tokens)."""
+    tr = trace_from_rows([(0, 2, 2), (0, 3, 1), (0, 1, 3)])
+    res = simulate(tr, OrcaMax(16, 8))
+    assert res.window() == (0.0, 4.0)  # from the burst to the end of the last 1 s step
+    assert res.mean_batch() == pytest.approx((2 + 2 + 1 + 1) / 4)
+    assert res.time_average("token_states") == pytest.approx((7 + 6 + 3 + 4) / 4)
+    assert res.summary()["mean_batch"] == pytest.approx(1.5)
+    assert sum(res.used_shares().values()) == pytest.approx(1.0)
+    # t0 == t1: the value at that instant (the step covering it, or the empty pool)
+    assert res.time_average("running", 0.0, 0.0) == 2
+    assert res.time_average("running", 2.5, 2.5) == 1
+    assert res.time_average("running", 9.0, 9.0) == 0 and res.time_average("free", 9.0, 9.0) == 16
+
+
+def test_single_request_summary():
+    tr = trace_from_rows([(3, 2, 4)])  # steps at 3, 4, 5, 6 hold 3, 4, 5, 6 of its 6 reserved slots
+    res = simulate(tr, OrcaOracle(10, 10))
+    assert res.window() == (3.0, 7.0)
+    s = res.summary()
+    assert s["mean_batch"] == pytest.approx(1.0) and s["steps"] == 4
+    assert s["token_share_of_used"] == pytest.approx(4.5 / 6)  # mean tokens 4.5 of 6 slots held
+    assert res.shares()["free"] == pytest.approx(4 / 10)
+
+
+def test_time_average_bad_windows():
+    res = simulate(trace_from_rows([(0, 1, 2)]), OrcaOracle(10, 10))
+    with pytest.raises(ConfigError, match="ends before"):
+        res.time_average("running", 2.0, 1.0)
+    with pytest.raises(ConfigError, match="t0"):
+        res.time_average("running", float("nan"), 1.0)
+    with pytest.raises(ConfigError, match="unknown step field"):
+        res.time_average("batch")
+
+
+# --- bad input: our exceptions, never a silent substitution --------------------------------------
+def test_simulate_argument_checks():
+    tr = trace_from_rows([(0, 2, 2), (0, 3, 1)])
+    ok = simulate(tr, OrcaOracle(10, 10), max_batch=np.int64(1), max_prefill_tokens=np.int32(3),
+                  layouts=np.int64(2))
+    assert ok.steps["running"].max() == 1 and len(ok.layouts) == (ok.num_steps + 1) // 2
+    bad = [dict(max_batch=True), dict(max_batch=2.0), dict(max_prefill_tokens=0), dict(max_prefill_tokens=-1),
+           dict(max_prefill_tokens=1.5), dict(layouts=True), dict(layouts=0), dict(layouts=["x"]),
+           dict(layout_times=[float("nan")]), dict(layout_times=[-1.0]), dict(layout_times=5),
+           dict(layout_times=["a"]), dict(iteration_time="fast")]
+    for kw in bad:
+        with pytest.raises(ConfigError):
+            simulate(tr, OrcaOracle(10, 10), **kw)
+    with pytest.raises(ConfigError, match="no requests"):
+        simulate(trace_from_rows([]), OrcaOracle(10, 10))
+    with pytest.raises(ConfigError, match="Trace"):
+        simulate([(0, 1, 1)], OrcaOracle(10, 10))
+    with pytest.raises(ConfigError, match="MemoryPolicy"):
+        simulate(tr, "oracle")
+
+
+def test_iteration_time_checks():
+    for kw in (dict(base_s="1"), dict(base_s=float("nan")), dict(base_s=float("inf")), dict(per_kv_token_s=-1)):
+        with pytest.raises(ConfigError):
+            IterationTime(**kw)
+    args = (26e9, 819_200, 1.555e12, 312e12)
+    ideal = IterationTime.roofline(*args, np.float32(1.0))
+    assert ideal.base_s == pytest.approx(26e9 / 1.555e12)
+    for eff in (0, -0.5, 5, float("nan"), "1", True):
+        with pytest.raises(ConfigError, match="efficiency"):
+            IterationTime.roofline(*args, eff)
+    with pytest.raises(ConfigError, match="hbm_bytes_per_s"):
+        IterationTime.roofline(26e9, 819_200, 0, 312e12)
+
+
+def test_serving_setup_checks():
+    bad = [dict(efficiency=0), dict(efficiency=5), dict(efficiency=float("nan")), dict(kv_gib=-1),
+           dict(kv_gib=float("nan")), dict(kv_gib="12"), dict(kv_gib=1e-9), dict(num_requests=0),
+           dict(num_requests=True), dict(num_requests=2.5), dict(max_seq_len=0), dict(rate_per_s=0),
+           dict(lengths="imdb"), dict(model=13), dict(kv_dtype="fp7")]
+    for kw in bad:
+        with pytest.raises(ConfigError):
+            ServingSetup(**kw)
+    s = ServingSetup(num_requests=np.int64(5), max_seq_len=np.int32(1024))
+    assert type(s.num_requests) is int and s.num_requests == 5 and s.max_seq_len == 1024
+    assert len(s.trace()) == 5 and len(s.trace(num_requests=np.int64(7))) == 7
+    for kw in (dict(rate_per_s=0), dict(num_requests=0), dict(num_requests=-3), dict(rate_per_s=-1)):
+        with pytest.raises(ConfigError):  # 0 is an error, not a request for the default
+            PAPER_SETUP.trace(**kw)
+
+
+def test_moved_names_are_reexported():
+    import paged_kv.paper_setup as ps
+    import paged_kv.simulate as sim
+    assert sim.PAPER_SETUP is ps.PAPER_SETUP and sim.ServingSetup is ps.ServingSetup
+    assert sim.format_table is ps.format_table and sim.PAPER_RESULTS is ps.PAPER_RESULTS
+    with pytest.raises(AttributeError):
+        sim.NOT_A_NAME

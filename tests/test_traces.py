@@ -123,3 +123,42 @@ def test_bad_input(tmp_path):
         load_trace(tmp_path / "c.csv")
     with pytest.raises(ConfigError, match="means"):
         LengthModel("bad", 2000.0, 10.0, 1.0, 1.0)
+
+
+def test_lengths_must_be_finite_whole_positive_numbers():
+    inf, nan = float("inf"), float("nan")
+    for rows, what in ([(0, inf, 3)], "prompt_len"), ([(0, 3, nan)], "output_len"), ([(0, 2.5, 3)], "prompt_len"), \
+            ([(0, 1e300, 3)], "prompt_len"), ([(0, True, 3)], "prompt_len"), ([(0, "3", 3)], "prompt_len"), \
+            ([(inf, 1, 1)], "arrival_s"), ([(nan, 1, 1)], "arrival_s"), ([(-1, 1, 1)], "arrival_s"), \
+            ([("a", 1, 1)], "arrival_s"):
+        with pytest.raises(ConfigError, match=what):
+            trace_from_rows(rows)
+    with pytest.raises(ConfigError, match="row 1"):
+        trace_from_rows([(0, 1, 1), (0, 1)])
+    with pytest.raises(ConfigError, match="iterable"):
+        trace_from_rows(5)
+    with pytest.raises(ConfigError, match="prompt_len"):
+        Trace(np.zeros(1), np.array([np.inf]), np.ones(1))
+    tr = trace_from_rows([(2, np.int32(1), 1.0), (0, 3, np.int64(4))])  # numpy ints, whole floats
+    assert tr.prompt_len.tolist() == [3, 1] and tr.output_len.tolist() == [4, 1]
+
+
+def test_load_trace_rejects_fractional_and_infinite_lengths(tmp_path):
+    for bad in ("2.5", "inf", "nan"):
+        (tmp_path / "t.csv").write_text(f"arrival_s,prompt_len,output_len\n0,{bad},3\n")
+        with pytest.raises(ConfigError, match="prompt_len"):
+            load_trace(tmp_path / "t.csv")
+
+
+def test_counts_accept_numpy_ints_and_reject_bools_and_floats():
+    assert len(synthetic_trace(np.int64(5), 1.0)) == 5
+    assert len(synthetic_trace(5, np.float32(2.0), seed=np.int64(3))) == 5
+    for args, what in (((True, 1.0), "num_requests"), ((5.0, 1.0), "num_requests"), (("5", 1.0), "num_requests"),
+                       ((5, "x"), "rate_per_s"), ((5, float("inf")), "rate_per_s"), ((5, float("nan")), "rate_per_s"),
+                       ((5, 1.0, 3), "length model"), ((5, 1.0, "sharegpt", -1), "seed")):
+        with pytest.raises(ConfigError, match=what):
+            synthetic_trace(*args)
+    with pytest.raises(ConfigError, match="num_requests"):
+        poisson_arrivals(True, 1.0, np.random.default_rng(0))
+    with pytest.raises(ConfigError, match="mean_prompt"):
+        LengthModel("bad", "161", 10.0, 1.0, 1.0)

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..simulate import PAPER_SETUP, ServingSetup, SimResult
+from ..paper_setup import PAPER_SETUP, ServingSetup
+from ..simulate import SimResult
 
 POLICY_NAMES = {"Orca (Max)": "max", "Orca (Pow2)": "pow2", "Orca (Oracle)": "oracle", "paged": "paged"}
 BLOCK_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)

@@ -1,0 +1,69 @@
+"""Argument checks shared by the memory simulator's modules (traces, policies, simulate, paper_setup).
+
+Counts accept Python ints and numpy integers (``operator.index``) and reject bools, floats and
+strings; real numbers accept ints and floats (numpy's too) and reject bools, strings, NaN and
+infinities.  Every failure raises :class:`~paged_kv.errors.ConfigError` naming the argument and
+the bad value, never a bare ``TypeError``/``ValueError`` or a silent substitution.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import operator
+
+import numpy as np
+
+from .errors import ConfigError
+
+
+def count(name: str, value, minimum: int = 1) -> int:
+    """``value`` as an int ``>= minimum``.
+
+    Raises:
+        ConfigError: a bool, a float, a non-number, or an int below ``minimum``.
+    """
+    if isinstance(value, (bool, np.bool_)):
+        raise ConfigError(f"{name} must be an int >= {minimum}, got the bool {value!r}")
+    try:
+        v = operator.index(value)
+    except TypeError:
+        raise ConfigError(f"{name} must be an int >= {minimum}, got {value!r}") from None
+    if v < minimum:
+        raise ConfigError(f"{name} must be an int >= {minimum}, got {v}")
+    return int(v)
+
+
+def real(name: str, value, low: float = -math.inf, high: float = math.inf, *, low_open: bool = False,
+         high_open: bool = False) -> float:
+    """``value`` as a finite float in the interval from ``low`` to ``high`` (closed unless ``*_open``).
+
+    Raises:
+        ConfigError: a bool, a non-number, NaN, an infinity, or a value outside the interval.
+    """
+    if math.isinf(high):
+        where = "a finite number" + ("" if math.isinf(low) else f" {'>' if low_open else '>='} {low:g}")
+    else:
+        lo, hi = ("(" if low_open else "["), (")" if high_open else "]")
+        where = f"a finite number in {lo}{low:g}, {high:g}{hi}"
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        raise ConfigError(f"{name} must be {where}, got {value!r}")
+    v = float(value)
+    if not (math.isfinite(v) and (v > low if low_open else v >= low) and (v < high if high_open else v <= high)):
+        raise ConfigError(f"{name} must be {where}, got {value!r}")
+    return v
+
+
+def numeric_array(name: str, values) -> np.ndarray:
+    """``values`` as a 1-D numpy array of ints or floats (not bools, strings or objects).
+
+    Raises:
+        ConfigError: the values are not all plain numbers.
+    """
+    try:
+        x = np.asarray(values).reshape(-1)
+    except (TypeError, ValueError) as e:  # ragged input
+        raise ConfigError(f"{name} must be a flat sequence of numbers ({e})") from None
+    if x.dtype == bool or not (np.issubdtype(x.dtype, np.integer) or np.issubdtype(x.dtype, np.floating)):
+        raise ConfigError(f"{name} must hold ints or floats, got {values!r:.80} (dtype {x.dtype})")
+    return x
