@@ -5,36 +5,71 @@ Each figure has a ``*_data`` function that asks :mod:`paged_kv.memory` for the n
 returns plain dicts/lists, and a ``*_figure`` function that only draws them (so a figure can be
 rebuilt from stored data with no package state).  Interaction is plotly's own (dropdown
 ``updatemenus``, sliders), so every figure works in the static HTML book with no kernel.
+
+Contexts beyond a model's declared maximum (:attr:`~paged_kv.presets.ModelSpec.max_position`)
+are never drawn as if the model could serve them: lines end at the maximum, bars give way to a
+"beyond max context" mark, and calculator rows are greyed out and say so.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Sequence
 
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from .. import memory
-from ..memory import GB, GiB
+from ..memory import GiB, KiB, MiB
 from . import COLORS
 
 CONTEXTS = [1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072]
+CALC_CONTEXTS = [512, *CONTEXTS]  # 512: the bundled tiny model's whole context
+BEYOND = "beyond max context"
+GREY = "#A0A0A0"
 
 
 def _k(n: int) -> str:
-    return f"{n // 1024}K" if n >= 1024 else str(n)
+    """1024 -> "1K", 40960 -> "40K", 163840 -> "160K" (tokens; K = 1,024)."""
+    if n >= 1024 and n % 1024 == 0:
+        return f"{n // 1024}K"
+    return f"{n / 1024:.1f}K" if n >= 1024 else str(n)
+
+
+def _binary(n: float) -> str:
+    """Bytes in the largest binary unit that keeps the number >= 1 (a table cell)."""
+    for unit, size in (("GiB", GiB), ("MiB", MiB), ("KiB", KiB)):
+        if n >= size:
+            return f"{n / size:,.2f} {unit}"
+    return f"{n:,.0f} B"
+
+
+def _within(max_position, context: int) -> bool:
+    return max_position is None or context <= max_position
 
 
 # --- KV cache vs weights as context grows ------------------------------------------------------
 def kv_vs_weights_data(models: Sequence[str], contexts: Sequence[int] = CONTEXTS,
                        batch_sizes: Sequence[int] = (1, 8, 32), kv_dtype: str = "fp16") -> dict:
-    """KV bytes (``kv[batch][i]`` for ``contexts[i]``) and weight bytes of each model."""
-    out = {"contexts": list(contexts), "batch_sizes": list(batch_sizes), "kv_dtype": kv_dtype, "models": {}}
+    """KV bytes and weight bytes of each model, only up to its maximum context.
+
+    Each model gets its own ``contexts``: those of the argument up to its ``max_position``,
+    then ``max_position`` itself if it lies inside the range and is not one of them;
+    ``kv[batch][i]`` is the KV cache at ``contexts[i]``.
+    """
+    out = {"contexts": list(contexts), "batch_sizes": list(batch_sizes), "kv_dtype": kv_dtype,
+           "models": {}}
     for name in models:
         spec = memory.model_preset(name)
+        own = [c for c in contexts if _within(spec.max_position, c)]
+        if (spec.max_position is not None and spec.max_position not in own
+                and spec.max_position < max(contexts)):
+            own.append(spec.max_position)
         out["models"][spec.name] = {
             "weights": memory.weights_bytes(spec), "weights_dtype": spec.weights_dtype,
-            "kv": {b: [memory.kv_cache_bytes(spec, c, b, kv_dtype) for c in contexts] for b in batch_sizes}}
+            "max_position": spec.max_position, "contexts": own,
+            "kv": {b: [memory.kv_cache_bytes(spec, c, b, kv_dtype) for c in own]
+                   for b in batch_sizes}}
     return out
 
 
@@ -44,11 +79,16 @@ def kv_vs_weights_figure(data: dict) -> go.Figure:
     x, batches = data["contexts"], data["batch_sizes"]
     for i, (name, m) in enumerate(data["models"].items()):
         ratio = [kv / m["weights"] for kv in m["kv"][batches[0]]]
+        ends = [c == m["max_position"] for c in m["contexts"]]
         fig.add_trace(go.Scatter(
-            x=x, y=ratio, name=name, mode="lines+markers", line=dict(color=COLORS[i % len(COLORS)]),
-            marker=dict(size=5), customdata=[[kv / GiB, m["weights"] / GiB] for kv in m["kv"][batches[0]]],
+            x=m["contexts"], y=ratio, name=name, mode="lines+markers",
+            line=dict(color=COLORS[i % len(COLORS)]),
+            marker=dict(size=[11 if e else 5 for e in ends],
+                        symbol=["diamond" if e else "circle" for e in ends]),
+            customdata=[[kv / GiB, m["weights"] / GiB] for kv in m["kv"][batches[0]]],
             hovertemplate=f"<b>{name}</b><br>%{{x:,}} tokens<br>KV %{{customdata[0]:,.2f}} GiB"
-                          "<br>weights %{customdata[1]:,.2f} GiB<br>KV / weights %{y:.3g}<extra></extra>"))
+                          "<br>weights %{customdata[1]:,.2f} GiB<br>KV / weights %{y:.3g}"
+                          "<extra></extra>"))
     buttons = []
     for b in batches:
         ys = [[kv / m["weights"] for kv in m["kv"][b]] for m in data["models"].values()]
@@ -57,48 +97,88 @@ def kv_vs_weights_figure(data: dict) -> go.Figure:
     fig.add_hline(y=1, line=dict(color="#444", dash="dash"), annotation_text="KV cache = weights",
                   annotation_position="top left")
     fig.update_layout(
-        title=f"KV cache ({data['kv_dtype']}) relative to the weights, as the context grows",
+        title=f"KV cache ({data['kv_dtype']}) relative to the weights, as the context grows"
+              "<br><sup>◆ a model's maximum context: its line stops there (no ◆: the maximum "
+              "lies beyond the chart)</sup>",
+        title_font_size=15,
         xaxis=dict(title="context length (tokens per sequence)", type="log", tickvals=x,
                    ticktext=[_k(c) for c in x]),
         yaxis=dict(title="KV cache / weights", type="log", exponentformat="none"), height=460,
-        margin=dict(l=60, r=20, t=90, b=50), legend=dict(font=dict(size=10)),
-        updatemenus=[dict(buttons=buttons, direction="down", x=0.0, xanchor="left", y=1.13, yanchor="top")])
+        margin=dict(l=60, r=20, t=100, b=50), legend=dict(font=dict(size=10)),
+        updatemenus=[dict(buttons=buttons, direction="down", x=1.0, xanchor="right", y=1.01,
+                          yanchor="bottom")])
     return fig
 
 
 # --- how many sequences fit on each GPU --------------------------------------------------------
 def gpu_fit_data(models: Sequence[str], gpus: Sequence[str], contexts: Sequence[int] = CONTEXTS[:6],
                  kv_dtype: str = "fp16", tp: int = 1) -> dict:
-    """``batch[context][gpu][model]``: sequences of that length that fit next to the weights."""
-    batch = {c: {g: [memory.max_batch_size(m, g, c, kv_dtype, tp=tp) for m in models] for g in gpus}
+    """``batch[context][gpu][model]``: sequences of that length that fit next to the weights
+    (computed for every context; ``max_position[model]`` says which the model can serve)."""
+    specs = [memory.model_preset(m) for m in models]
+    batch = {c: {g: [memory.max_batch_size(m, g, c, kv_dtype, tp=tp) for m in specs] for g in gpus}
              for c in contexts}
-    return {"models": [memory.model_preset(m).name for m in models], "gpus": list(gpus),
-            "contexts": list(contexts), "kv_dtype": kv_dtype, "tp": tp, "batch": batch}
+    return {"models": [m.name for m in specs], "max_position": [m.max_position for m in specs],
+            "gpus": list(gpus), "contexts": list(contexts), "kv_dtype": kv_dtype, "tp": tp,
+            "batch": batch}
+
+
+def _fit_bars(data: dict, c: int, g: str) -> tuple[list, list]:
+    """Bar heights and labels of one GPU at context ``c``: no bar (``None``) where the weights
+    do not fit (0) or where ``c`` is beyond the model's maximum context."""
+    ys, labels = [], []
+    for v, top in zip(data["batch"][c][g], data["max_position"]):
+        shown = v if v > 0 and _within(top, c) else None
+        ys.append(shown)
+        labels.append("" if shown is None else f"{v:,}")
+    return ys, labels
+
+
+def _beyond_marks(data: dict, c: int) -> list:
+    """One annotation per model that cannot serve context ``c``, at the foot of its group."""
+    return [dict(x=m, y=0, xref="x", yref="paper", yanchor="bottom", showarrow=False,
+                 text=f"{BEYOND}<br>(max {_k(top)})", font=dict(size=10, color="#666"),
+                 bgcolor="#F2F2F2")
+            for m, top in zip(data["models"], data["max_position"]) if not _within(top, c)]
 
 
 def gpu_fit_figure(data: dict) -> go.Figure:
-    """Grouped bars: models x GPUs; a slider picks the context length."""
+    """Grouped bars: models x GPUs; a slider picks the context length.
+
+    Labels stand upright above their bars (side by side they would run together), on a log
+    axis fixed over all contexts so the slider compares like with like.  A model whose maximum
+    context is below the slider's value shows no bars and a "beyond max context" mark.
+    """
     fig = go.Figure()
     c0 = data["contexts"][0]
     for i, g in enumerate(data["gpus"]):
-        y = data["batch"][c0][g]
+        y, labels = _fit_bars(data, c0, g)
         fig.add_trace(go.Bar(x=data["models"], y=y, name=g, marker_color=COLORS[i % len(COLORS)],
-                             text=[f"{v:,}" for v in y], textposition="outside", cliponaxis=False,
-                             textfont=dict(size=9),
+                             text=labels, textposition="outside", textangle=-90,
+                             cliponaxis=False, textfont=dict(size=10), constraintext="none",
                              hovertemplate=f"{g}: %{{y:,}} sequences<extra>%{{x}}</extra>"))
     steps = []
     for c in data["contexts"]:
-        ys = [data["batch"][c][g] for g in data["gpus"]]
-        steps.append(dict(label=_k(c), method="restyle",
-                          args=[{"y": ys, "text": [[f"{v:,}" for v in y] for y in ys]}]))
+        bars = [_fit_bars(data, c, g) for g in data["gpus"]]
+        steps.append(dict(label=_k(c), method="update",
+                          args=[{"y": [b[0] for b in bars], "text": [b[1] for b in bars]},
+                                {"annotations": _beyond_marks(data, c)}]))
+    shown = [v for c in data["contexts"] for g in data["gpus"]
+             for v in _fit_bars(data, c, g)[0] if v]
+    top = math.log10(max(shown)) if shown else 1.0
+    ticks = [f"{m}<br><sup>max {_k(t)}</sup>" if t else m
+             for m, t in zip(data["models"], data["max_position"])]
     fig.update_layout(
-        barmode="group", height=480, margin=dict(l=60, r=20, t=70, b=40),
-        title=f"Sequences that fit on one GPU (TP={data['tp']}, KV in {data['kv_dtype']}, 10% reserve)"
-              "<br><sup>weights in their serving dtype; no bar: the weights alone do not fit</sup>",
-        title_font_size=14, yaxis=dict(title="concurrent sequences", type="log"),
-        uniformtext=dict(minsize=8, mode="hide"),
-        legend=dict(orientation="h", y=-0.12, x=0.5, xanchor="center", yanchor="top"),
-        sliders=[dict(active=0, steps=steps, currentvalue=dict(prefix="context length: "), pad=dict(t=70))])
+        barmode="group", height=520, margin=dict(l=60, r=20, t=70, b=40),
+        title=f"Sequences that fit on one GPU (TP={data['tp']}, KV in {data['kv_dtype']}, "
+              "10% reserve)<br><sup>weights in their serving dtype; no bar: the weights alone "
+              f"do not fit, or the context is {BEYOND} (marked)</sup>",
+        title_font_size=14, annotations=_beyond_marks(data, c0),
+        xaxis=dict(tickvals=data["models"], ticktext=ticks),
+        yaxis=dict(title="concurrent sequences (log)", type="log", range=[-0.15, top + 0.75]),
+        legend=dict(orientation="h", y=-0.14, x=0.5, xanchor="center", yanchor="top"),
+        sliders=[dict(active=0, steps=steps, currentvalue=dict(prefix="context length: "),
+                      pad=dict(t=80))])
     return fig
 
 
@@ -142,6 +222,10 @@ def attention_variants_figure(data: dict) -> go.Figure:
 CALC_COLUMNS = ["context (tokens)", "KV / sequence", "share of one GPU", "max batch",
                 "KV at that batch", "max batch, fp8 KV", "max batch, TP=8"]
 NO_ROOM = "✗"  # the weights alone do not fit
+NO_WEIGHTS = "weights do not fit"  # "KV at that batch" when there is no batch at all
+DASH = "–"  # a row beyond the model's maximum context
+TP_DASHES = ["solid", "dash", "dot", "dashdot"]
+TP_SYMBOLS = ["circle", "square", "diamond", "x"]
 
 
 def _fit(spec, gpu: str, context: int, kv_dtype: str = "fp16", tp: int = 1):
@@ -153,11 +237,12 @@ def _fit(spec, gpu: str, context: int, kv_dtype: str = "fp16", tp: int = 1):
     return plan.max_batch_size if plan.weights_fit else -1
 
 
-def calculator_data(models: Sequence[str], gpus: Sequence[str], contexts: Sequence[int] = CONTEXTS,
+def calculator_data(models: Sequence[str], gpus: Sequence[str], contexts: Sequence[int] = CALC_CONTEXTS,
                     tps: Sequence[int] = (1, 2, 4, 8)) -> dict:
     """Every case of the static calculator, precomputed with :func:`paged_kv.memory.plan_memory`
     (fp16 KV unless said, weights in their serving dtype, 10% reserve).  A max batch of -1 means
-    the weights alone do not fit; ``None``, that the heads cannot be split over that many GPUs."""
+    the weights alone do not fit; ``None``, that the heads cannot be split over that many GPUs.
+    ``beyond`` marks a context past the model's ``max_position`` (computed, but not servable)."""
     out = {"models": {}, "gpus": {}, "contexts": list(contexts), "tps": list(tps)}
     for g in gpus:
         spec = memory.gpu_preset(g)
@@ -166,13 +251,16 @@ def calculator_data(models: Sequence[str], gpus: Sequence[str], contexts: Sequen
         spec = memory.model_preset(name)
         m = out["models"][spec.name] = {
             "kind": spec.attention_kind, "source": spec.source, "weights_dtype": spec.weights_dtype,
-            "per_token": memory.kv_bytes_per_token(spec), "per_token_fp8": memory.kv_bytes_per_token(spec, "fp8"),
+            "per_token": memory.kv_bytes_per_token(spec),
+            "per_token_fp8": memory.kv_bytes_per_token(spec, "fp8"),
             "weights": memory.weights_bytes(spec), "shape": _describe(spec), "layers": spec.num_layers,
-            "head_dim": spec.head_dim, "window": spec.sliding_window, "cases": {}}
+            "head_dim": spec.head_dim, "window": spec.sliding_window,
+            "max_position": spec.max_position, "cases": {}}
         for g in out["gpus"]:
             gpu_bytes = out["gpus"][g]["memory_bytes"]
             m["cases"][g] = [{
-                "context": c, "per_seq": memory.kv_cache_bytes(spec, c, 1),
+                "context": c, "beyond": not _within(spec.max_position, c),
+                "per_seq": memory.kv_cache_bytes(spec, c, 1),
                 "share": memory.kv_cache_bytes(spec, c, 1) / gpu_bytes,
                 "batch": _fit(spec, g, c), "batch_fp8": _fit(spec, g, c, "fp8"),
                 "batch_tp": {tp: _fit(spec, g, c, tp=tp) for tp in tps}} for c in contexts]
@@ -183,28 +271,51 @@ def _fmt_batch(b) -> str:
     return "-" if b is None else (NO_ROOM if b < 0 else f"{b:,}")
 
 
+def _fmt_share(share: float) -> str:
+    pct = 100 * share
+    return f"{pct:,.2f}%" if pct >= 0.01 else f"{pct:.1g}%"
+
+
+def _fmt_kv_at_batch(r: dict) -> str:
+    if r["batch"] is None or r["batch"] < 0:
+        return NO_WEIGHTS
+    return "no sequence fits" if r["batch"] == 0 else _binary(r["batch"] * r["per_seq"])
+
+
 def _table_columns(rows: list) -> list:
-    return [[f"{r['context']:,}" for r in rows],
-            [f"{r['per_seq'] / GiB:,.3f} GiB" for r in rows],
-            [f"{r['share']:.2%}" for r in rows],
-            [_fmt_batch(r["batch"]) for r in rows],
-            [f"{max(r['batch'], 0) * r['per_seq'] / GiB:,.1f} GiB" for r in rows],
-            [_fmt_batch(r["batch_fp8"]) for r in rows],
-            [_fmt_batch(r["batch_tp"].get(8)) for r in rows]]
+    """The table's columns; a row beyond the model's maximum context keeps only its context."""
+    def col(fmt):
+        return [DASH if r["beyond"] else fmt(r) for r in rows]
+    return [[f"{r['context']:,}" + (f" ({BEYOND})" if r["beyond"] else "") for r in rows],
+            col(lambda r: _binary(r["per_seq"])),
+            col(lambda r: _fmt_share(r["share"])),
+            col(lambda r: _fmt_batch(r["batch"])),
+            col(_fmt_kv_at_batch),
+            col(lambda r: _fmt_batch(r["batch_fp8"])),
+            col(lambda r: _fmt_batch(r["batch_tp"].get(8)))]
+
+
+def _font_colors(rows: list) -> list:
+    column = [GREY if r["beyond"] else "#222" for r in rows]
+    return [column] * len(CALC_COLUMNS)
 
 
 def _model_note(name: str, m: dict) -> str:
     window = f", sliding window {m['window']:,}" if m["window"] else ""
     cached = m["shape"] if m["kind"] == "MLA" else f"{m['shape']} x {m['head_dim']}"
+    top = (f"max context {m['max_position']:,} tokens (grey rows: {BEYOND})"
+           if m["max_position"] else "max context not declared")
     return (f"<b>{name}</b>: {m['kind']}, {m['layers']} layers x {cached}{window} "
-            f"<i>({m['source']})</i><br>KV per token: {m['per_token']:,} B in fp16, {m['per_token_fp8']:,} B in fp8"
-            f"<br>weights ({m['weights_dtype']}): {m['weights'] / GiB:,.1f} GiB = {m['weights'] / GB:,.1f} GB")
+            f"<i>({m['source']})</i><br>KV per token: {m['per_token']:,} B in fp16, "
+            f"{m['per_token_fp8']:,} B in fp8; {top}"
+            f"<br>weights ({m['weights_dtype']}): {memory.format_bytes(m['weights'], 'auto')}")
 
 
 def _gpu_note(name: str, g: dict) -> str:
-    return (f"<b>{name}</b> (sold as \"{g['marketed']}\"): {g['memory_bytes'] / GiB:,.1f} GiB = "
-            f"{g['memory_bytes'] / GB:,.1f} GB per GPU, 10% kept for activations<br>"
-            f"table: TP=1 and fp16 KV unless the column says; {NO_ROOM}: the weights alone do not fit")
+    return (f"<b>{name}</b> (sold as \"{g['marketed']}\"): "
+            f"{memory.format_bytes(g['memory_bytes'], 'auto')} per GPU, 10% kept for activations<br>"
+            f"table: TP=1 and fp16 KV unless the column says; {NO_ROOM}: the weights alone do not "
+            f"fit; -: the heads do not split over that many GPUs")
 
 
 def _row_fills(n: int, active: int) -> list:
@@ -212,22 +323,32 @@ def _row_fills(n: int, active: int) -> list:
     return [column] * len(CALC_COLUMNS)
 
 
-def calculator_figure(data: dict, model: str | None = None, gpu: str | None = None, context_index: int = 3) -> go.Figure:
+def _line_y(m: dict, g: str, tp: int) -> list:
+    """Max batch at TP=``tp`` for the chart: gaps where nothing fits or beyond max context."""
+    return [r["batch_tp"][tp] if r["batch_tp"][tp] and r["batch_tp"][tp] > 0 and not r["beyond"]
+            else None for r in m["cases"][g]]
+
+
+def calculator_figure(data: dict, model: str | None = None, gpu: str | None = None,
+                      context_index: int | None = None) -> go.Figure:
     """The static calculator: a model dropdown (restyles the data), a GPU dropdown (shows that
     GPU's table and curves) and a context slider (highlights a row and marks the chart).
 
     The three controls change three different properties (data, visibility, row colour and a
     shape), so any combination of choices shows consistent numbers with no kernel.
+    ``context_index`` is the row highlighted first (default: 8,192 tokens if listed).  The TP lines
+    differ in dash and marker (they often coincide: the cache per GPU stops shrinking once each
+    GPU holds one KV head), and stop at the model's maximum context.
     """
     models, gpus, contexts, tps = list(data["models"]), list(data["gpus"]), data["contexts"], data["tps"]
     model, gpu = model or models[0], gpu or gpus[0]
+    if context_index is None:
+        context_index = contexts.index(8192) if 8192 in contexts else 0
     xs = list(range(len(contexts)))
     fig = make_subplots(rows=2, cols=1, row_heights=[0.52, 0.48], vertical_spacing=0.1,
                         specs=[[{"type": "table"}], [{"type": "xy"}]])
     table_idx, order = [], []  # trace order: per GPU, one table then one line per TP degree
-
-    def line_y(m: dict, g: str, tp: int) -> list:
-        return [b if b and b > 0 else None for b in (r["batch_tp"][tp] for r in m["cases"][g])]
+    sizes = [11 - 2 * j for j in range(len(tps))]  # nested markers stay visible when lines coincide
 
     for g in gpus:
         visible = g == gpu
@@ -237,22 +358,26 @@ def calculator_figure(data: dict, model: str | None = None, gpu: str | None = No
         fig.add_trace(go.Table(
             header=dict(values=[f"<b>{c}</b>" for c in CALC_COLUMNS], fill_color="#E8EEF6", font=dict(size=11)),
             cells=dict(values=_table_columns(rows), fill_color=_row_fills(len(rows), context_index),
-                       font=dict(size=11), height=22), columnwidth=[1.1, 1.1, 1, 1, 1.1, 1, 1],
-            visible=visible), row=1, col=1)
+                       font=dict(size=11, color=_font_colors(rows)), height=22),
+            columnwidth=[1.6, 1, 0.9, 0.8, 1.2, 0.9, 0.9], visible=visible), row=1, col=1)
         for j, tp in enumerate(tps):
             order.append(("line", g, tp))
             fig.add_trace(go.Scatter(
-                x=xs, y=line_y(data["models"][model], g, tp), mode="lines+markers", name=f"TP={tp}",
-                line=dict(color=COLORS[j % len(COLORS)]), visible=visible, legendgroup=f"tp{tp}",
-                showlegend=True, hovertemplate=f"TP={tp}: %{{y:,}} sequences<extra></extra>"), row=2, col=1)
+                x=xs, y=_line_y(data["models"][model], g, tp), mode="lines+markers", name=f"TP={tp}",
+                line=dict(color=COLORS[j % len(COLORS)], dash=TP_DASHES[j % len(TP_DASHES)]),
+                marker=dict(symbol=TP_SYMBOLS[j % len(TP_SYMBOLS)], size=max(sizes[j], 4)),
+                visible=visible, legendgroup=f"tp{tp}", showlegend=True,
+                hovertemplate=f"TP={tp}: %{{y:,}} sequences<extra></extra>"), row=2, col=1)
 
     def model_args(name: str) -> list:
         m = data["models"][name]
-        cells, ys = [], []
+        cells, colors, ys = [], [], []
         for kind, g, tp in order:
             cells.append(_table_columns(m["cases"][g]) if kind == "table" else None)
-            ys.append(None if kind == "table" else line_y(m, g, tp))
-        return [{"cells.values": cells, "y": ys}, {"annotations[0].text": _model_note(name, m)}]
+            colors.append(_font_colors(m["cases"][g]) if kind == "table" else None)
+            ys.append(None if kind == "table" else _line_y(m, g, tp))
+        return [{"cells.values": cells, "cells.font.color": colors, "y": ys},
+                {"annotations[0].text": _model_note(name, m)}]
 
     model_menu = [dict(label=name, method="update", args=model_args(name)) for name in models]
     gpu_menu = [dict(label=g, method="update",
@@ -266,7 +391,7 @@ def calculator_figure(data: dict, model: str | None = None, gpu: str | None = No
     note = dict(xref="paper", yref="paper", x=0, xanchor="left", yanchor="top", showarrow=False,
                 align="left", font=dict(size=11))
     fig.update_layout(
-        height=820, margin=dict(l=60, r=20, t=190, b=40), title=None,
+        height=840, margin=dict(l=60, r=20, t=190, b=40), title=None,
         annotations=[dict(text=_model_note(model, data["models"][model]), y=1.235, **note),
                      dict(text=_gpu_note(gpu, data["gpus"][gpu]), y=1.125, **note),
                      dict(text="<b>model</b>", x=0, y=1.29, xref="paper", yref="paper", xanchor="right",
@@ -279,7 +404,8 @@ def calculator_figure(data: dict, model: str | None = None, gpu: str | None = No
                           yanchor="top", direction="down")],
         sliders=[dict(active=context_index, steps=steps, currentvalue=dict(prefix="highlighted context: "),
                       pad=dict(t=30), y=-0.02)],
-        legend=dict(orientation="h", x=1, xanchor="right", y=0.45, yanchor="bottom", title_text="fp16 KV:"))
+        legend=dict(orientation="h", x=1, xanchor="right", y=0.45, yanchor="bottom",
+                    title_text="fp16 KV (lines that coincide overlap):"))
     fig.update_xaxes(tickvals=xs, ticktext=[_k(c) for c in contexts], title_text="context length (tokens)", row=2, col=1)
     fig.update_yaxes(type="log", title_text="max concurrent sequences", row=2, col=1)
     return fig

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from .. import memory
 from ..errors import PagedKVError
-from ..memory import GB, GiB, KV_DTYPES
+from ..memory import KV_DTYPES
 from ..presets import GPU_PRESETS, MODEL_PRESETS, ModelSpec
 
 CUSTOM = "custom"
@@ -128,10 +128,15 @@ class MemoryCalculator:
 
     @staticmethod
     def report_html(p) -> str:
-        """The plan's numbers as a small HTML table (GiB and GB side by side, per GPU)."""
-        both = lambda n: f"{n / GiB:,.2f} GiB ({n / GB:,.2f} GB)"
+        """The plan's numbers as a small HTML table (binary and decimal units side by side, per
+        GPU; MiB and MB for small sizes)."""
+        both = lambda n: memory.format_bytes(n, "auto")  # MiB (MB) for small sizes
         verdict = ("fits" if p.fits else ("the weights do not fit" if not p.weights_fit
                                           else f"does not fit: at most {p.max_batch_size:,} sequences"))
+        if not p.within_max_context:
+            verdict += (f" (but {p.seq_len:,} tokens is beyond the model's maximum context of "
+                        f"{p.max_position:,})")
+        top = "not declared" if p.max_position is None else f"{p.max_position:,} tokens"
         rows = [("KV bytes per token", f"{p.kv_bytes_per_token:,} B"),
                 ("KV per sequence", both(p.kv_bytes_per_sequence)),
                 (f"KV for {p.batch_size:,} x {p.seq_len:,} tokens", both(p.kv_bytes)),
@@ -139,6 +144,7 @@ class MemoryCalculator:
                 ("weights", both(p.weights_bytes)),
                 ("KV budget (after weights and 10% reserve)", both(p.kv_budget_bytes)),
                 ("max batch at this context", f"{p.max_batch_size:,} sequences ({p.max_tokens:,} tokens)"),
+                ("model's maximum context", top),
                 ("verdict", verdict)]
         body = "".join(f"<tr><td style='padding-right:1em'>{k}</td><td><b>{v}</b></td></tr>" for k, v in rows)
         return f"<table>{body}</table><small>all figures per GPU of the TP={p.tp} group</small>"
