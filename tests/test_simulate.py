@@ -341,3 +341,26 @@ def test_moved_names_are_reexported():
     assert sim.format_table is ps.format_table and sim.PAPER_RESULTS is ps.PAPER_RESULTS
     with pytest.raises(AttributeError):
         sim.NOT_A_NAME
+
+
+def test_strip_legend_sits_between_title_and_plot():
+    from paged_kv.viz.fragmentation import strip_figure
+    tr = trace_from_rows([(0, 2, 6), (1, 1, 2)])
+    fig = strip_figure({"a": simulate(tr, OrcaOracle(8, 8), layout_times=range(3)).layouts}, title="t")
+    lay = fig.layout
+    assert lay.legend.yanchor == "bottom" and lay.legend.y >= 1  # on the plot's top edge, growing up
+    assert lay.title.yref == "container" and lay.title.yanchor == "top"  # pinned to the figure's top
+    anchor_px = (1 - lay.title.y) * lay.height  # plotly anchors a two-line title at its first line
+    assert anchor_px <= 30 and anchor_px + 18 + 3 * 19 <= lay.margin.t  # subtitle, then 3 legend rows
+
+
+def test_nice_ticks_and_block_size_axis():
+    from paged_kv.viz.fragmentation import block_size_figure, nice_ticks
+    ticks, fmt = nice_ticks(20.84, 27.12)
+    assert ticks == [20.0, 22.0, 24.0, 26.0, 28.0] and fmt == ".0f"
+    assert nice_ticks(0.3, 0.9) == ([0.2, 0.4, 0.6, 0.8, 1.0], ".1f")
+    assert nice_ticks(24.3, 24.9)[0] == [24.2, 24.4, 24.6, 24.8, 25.0]
+    fig = block_size_figure([1, 16, 256], [0.001, 0.02, 0.2], [27.12, 26.5, 20.84])
+    right = fig.layout.yaxis2
+    assert list(right.tickvals) == [20.0, 22.0, 24.0, 26.0, 28.0] and list(right.ticktext) == ["20", "22", "24", "26", "28"]
+    assert tuple(right.range) == (20.0, 28.0)

@@ -94,6 +94,12 @@ def _strip_caption(runs: Mapping[str, Sequence], i: int, title: str) -> str:
     return f"{head}<sup>t = {t:.1f} s · top row of each pair: owning request; bottom row: category</sup>"
 
 
+_STRIP_TOP = 100  # px: a two-line title (~40) above a legend of up to three rows (~57)
+# Short legend names keep the strip's legend to one row on a page, three on a phone.
+_SHORT_LABELS = {"token_states": "token states", "reserved": "reserved", "internal": "internal frag.",
+                 "external": "external frag.", "free": "free"}
+
+
 def strip_figure(runs: Mapping[str, Sequence], title: str = "", max_bins: int = 240,
                  active: int | None = None, replay: bool = True, height: int | None = None) -> go.Figure:
     """The pool as strips of slots, one pair of rows per run, with a slider over recorded layouts.
@@ -119,23 +125,28 @@ def strip_figure(runs: Mapping[str, Sequence], title: str = "", max_bins: int = 
                       hovertemplate="slot %{x}<br>%{y}<extra></extra>")
     fig = go.Figure(heat)
     for c in _CATS:  # legend entries for the category colours (the request colours need none)
-        fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=CATEGORY_LABELS[c],
+        fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=_SHORT_LABELS[c],
                                  marker=dict(symbol="square", size=12, color=CATEGORY_COLORS[c],
                                              line=dict(color="#999", width=1))))
     unit = "slot" if bin_slots == 1 else f"slot (one column = {bin_slots} slots)"
-    fig.update_layout(title=dict(text=_strip_caption(runs, active, title), x=0.01, font=dict(size=14)),
-                      height=height or 190 + 42 * len(ylabels), margin=dict(l=10, r=10, t=70, b=70),
+    # Top down: title and subtitle pinned to the figure's top edge, then the legend sitting on the
+    # plot (up to three rows on a phone), then the strips; the top margin holds both.
+    height = height or 220 + 42 * len(ylabels)
+    fig.update_layout(title=dict(text=_strip_caption(runs, active, title), x=0.01, font=dict(size=14),
+                                 yref="container", y=1 - 20 / height, yanchor="top"),
+                      height=height, margin=dict(l=10, r=10, t=_STRIP_TOP, b=70),
                       xaxis=dict(title=unit, range=[-0.5, pool - 0.5], showgrid=False, zeroline=False),
                       yaxis=dict(autorange="reversed", showgrid=False, zeroline=False), plot_bgcolor="white",
-                      legend=dict(orientation="h", y=1.0, yanchor="bottom", x=1, xanchor="right"))
+                      legend=dict(orientation="h", y=1.02, yanchor="bottom", x=0, xanchor="left",
+                                  font=dict(size=11)))
     if replay and n > 1:
         fig.frames = [go.Frame(name=str(i), data=[go.Heatmap(z=_strip_z(runs, i, bin_slots))], traces=[0],
                                layout=go.Layout(title_text=_strip_caption(runs, i, title))) for i in range(n)]
         steps = [dict(method="animate", label=f"{first[i].time_s:.0f}",
                       args=[[str(i)], dict(mode="immediate", frame=dict(duration=0, redraw=True),
                                            transition=dict(duration=0))]) for i in range(n)]
-        fig.update_layout(sliders=[dict(active=active, steps=steps, x=0.08, len=0.9, y=0, yanchor="top",
-                                        currentvalue=dict(prefix="t (s) = "), pad=dict(t=40))],
+        fig.update_layout(sliders=[dict(active=active, steps=steps, x=0, len=1, y=0, yanchor="top",
+                                        currentvalue=dict(prefix="t (s) = "), pad=dict(t=40, l=60))],
                           updatemenus=[dict(type="buttons", showactive=False, x=0, y=0, xanchor="left",
                                             yanchor="top", pad=dict(t=40), buttons=[dict(
                                                 label="▶", method="animate",
@@ -257,8 +268,28 @@ def block_size_figure(block_sizes: Sequence[int], waste: Sequence[float], batch:
     fig.update_layout(title=title, height=380, margin=dict(l=60, r=60, t=50, b=50),
                       legend=dict(orientation="h", y=-0.25), xaxis_title="block size (slots)")
     fig.update_yaxes(title_text="waste (%)", secondary_y=False)
-    fig.update_yaxes(title_text="mean running requests", secondary_y=True, tickformat=".1f", showgrid=False)
+    # plotly syncs a secondary axis to the primary's grid (ticks like 24.3, 26.0): give it its own
+    ticks, fmt = nice_ticks(min(batch), max(batch))
+    fig.update_yaxes(title_text="mean running requests", secondary_y=True, showgrid=False, tickmode="array",
+                     tickvals=ticks, ticktext=[f"{t:{fmt}}" for t in ticks], range=[ticks[0], ticks[-1]])
     return fig
+
+
+def nice_ticks(lo: float, hi: float, target: int = 5) -> tuple[list[float], str]:
+    """About ``target`` round ticks covering ``[lo, hi]`` (steps of 1, 2, 2.5 or 5 times a power
+    of ten), and the format spec that prints them without spurious digits."""
+    lo, hi = float(lo), float(hi)
+    if not (np.isfinite(lo) and np.isfinite(hi)):
+        raise ConfigError(f"nice_ticks needs finite bounds, got {lo!r}, {hi!r}")
+    if hi <= lo:
+        lo, hi = lo - 0.5, hi + 0.5
+    raw = (hi - lo) / target
+    power = 10.0 ** np.floor(np.log10(raw))
+    step = next(m * power for m in (1, 2, 2.5, 5, 10) if m * power >= raw)
+    first, last = np.floor(lo / step), np.ceil(hi / step)
+    ticks = [round(float(k * step), 10) for k in np.arange(first, last + 1)]
+    decimals = max(0, -int(np.floor(np.log10(step) + 1e-9))) + (1 if step / power == 2.5 else 0)
+    return ticks, f".{decimals}f"
 
 
 def length_histogram(traces: Mapping[str, object], bin_tokens: int = 32, max_tokens: int = 2048,
