@@ -1,8 +1,10 @@
 """Input checks shared by the kernels' host wrappers. Each failure names the bad value."""
 
+import operator
+
 import torch
 
-from paged_kv.errors import TensorError
+from paged_kv.errors import ConfigError, TensorError
 
 from ._runtime import check_kernel_dtype
 
@@ -17,6 +19,28 @@ def check_tensor(name: str, t, ndim: int, dtype=None, device=None) -> None:
         raise TensorError(f"{name} must be {dtype}, got {t.dtype}")
     if device is not None and t.device != device:
         raise TensorError(f"{name} is on {t.device}, expected {device} (same as q)")
+
+
+def check_tuning(name: str, value, minimum: int = 1, power_of_two: bool = False,
+                 error: type = ConfigError) -> int:
+    """``value`` as an int, or raise ``error`` (``ConfigError``) naming it.
+
+    For the wrappers' tuning knobs (``num_splits``, ``block_m``, ``block_n``) and sizes taken
+    from shapes (``head_dim``: pass ``error=TensorError``).  Python and numpy integers pass;
+    bools, floats and other types do not.  ``minimum``: the smallest allowed value (16 for a
+    tile that feeds ``tl.dot``); ``power_of_two``: ``tl.arange`` needs a power-of-two length.
+    """
+    if isinstance(value, bool):
+        raise error(f"{name} must be an int, got {value!r}")
+    try:
+        n = operator.index(value)
+    except TypeError:
+        raise error(f"{name} must be an int, got {value!r} ({type(value).__name__})") from None
+    if n < minimum:
+        raise error(f"{name} must be >= {minimum}, got {n}")
+    if power_of_two and n & (n - 1):
+        raise error(f"{name} must be a power of two (e.g. 16, 32, 64), got {n}")
+    return n
 
 
 def check_same(name: str, value, expected, what: str) -> None:
@@ -41,6 +65,7 @@ def check_qkv(q, k, v) -> None:
         raise TensorError(f"num_heads {H} is not a multiple of num_kv_heads {Hkv}")
     if q.shape[-1] != k.shape[-1]:
         raise TensorError(f"head_dim of q ({q.shape[-1]}) and k ({k.shape[-1]}) differ")
+    check_tuning("head_dim D", q.shape[-1], error=TensorError)
     check_kernel_dtype(q.dtype, q.device)
 
 

@@ -21,7 +21,7 @@ import torch
 
 from paged_kv.errors import CacheError, TensorError
 
-from ._checks import check_tensor
+from ._checks import check_tensor, check_tuning
 from ._runtime import check_kernel_dtype, require_triton, tl, triton
 
 
@@ -34,13 +34,45 @@ def store_kv_reference(k, v, k_cache, v_cache, slot_mapping):
     """Write ``k, v [T, Hkv, D]`` into ``k_cache, v_cache [NB, BS, Hkv, D]`` in place.
 
     Token ``t`` goes to block ``slot_mapping[t] // BS``, offset ``slot_mapping[t] % BS``;
-    ``slot_mapping[t] == -1`` skips the token (padding).  No checks: see :func:`store_kv`.
+    ``slot_mapping[t] == -1`` skips the token (padding).  Checks its arguments as
+    :func:`store_kv` does (any dtype is fine here, and the two caches may differ in strides),
+    so a slot of ``-5`` or ``NB * BS`` raises ``CacheError`` instead of wrapping around.
     """
+    _check_store_args(k, v, k_cache, v_cache, slot_mapping)
     BS = k_cache.shape[1]
     keep = slot_mapping >= 0                                # (T,) which tokens are real
     slots = slot_mapping[keep]
     k_cache[slots // BS, slots % BS] = k[keep]              # (T_real, Hkv, D) rows
     v_cache[slots // BS, slots % BS] = v[keep]
+
+
+def _check_store_args(k, v, k_cache, v_cache, slot_mapping) -> None:
+    """The checks :func:`store_kv` and :func:`store_kv_reference` share (see ``store_kv``)."""
+    check_tensor("k", k, 3)
+    check_tensor("v", v, 3, dtype=k.dtype, device=k.device)
+    check_tensor("k_cache", k_cache, 4, dtype=k.dtype, device=k.device)
+    check_tensor("v_cache", v_cache, 4, dtype=k.dtype, device=k.device)
+    check_tensor("slot_mapping", slot_mapping, 1, dtype=torch.int64, device=k.device)
+    T, Hkv, D = k.shape
+    NB, BS = k_cache.shape[:2]
+    if v.shape != k.shape:
+        raise TensorError(f"k and v must have the same shape, got {tuple(k.shape)} and {tuple(v.shape)}")
+    if v_cache.shape != k_cache.shape:
+        raise TensorError(f"k_cache {tuple(k_cache.shape)} and v_cache {tuple(v_cache.shape)} "
+                          f"must have the same shape")
+    if tuple(k_cache.shape[2:]) != (Hkv, D):
+        raise TensorError(f"k has [Hkv, D] = {[Hkv, D]}, the cache holds {list(k_cache.shape[2:])}")
+    check_tuning("num_kv_heads Hkv", Hkv, error=TensorError)
+    check_tuning("head_dim D", D, error=TensorError)
+    if slot_mapping.shape[0] != T:
+        raise TensorError(f"slot_mapping has {slot_mapping.shape[0]} entries for {T} tokens")
+    if T == 0:
+        return
+    lo, hi = torch.stack([slot_mapping.min(), slot_mapping.max()]).tolist()   # one sync
+    if lo < -1 or hi >= NB * BS:
+        bad = lo if lo < -1 else hi
+        raise CacheError(f"slot {bad} is outside the cache's {NB} blocks x {BS} slots "
+                         f"(valid: 0..{NB * BS - 1}, or -1 to skip)")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -103,30 +135,15 @@ def store_kv(k, v, k_cache, v_cache, slot_mapping):
         CacheError: a slot outside ``-1 .. NB*BS - 1``.
         DTypeNotSupportedError, KernelUnavailableError: see :mod:`kernels._runtime`.
     """
-    check_tensor("k", k, 3)
-    check_tensor("v", v, 3, dtype=k.dtype, device=k.device)
-    check_tensor("k_cache", k_cache, 4, dtype=k.dtype, device=k.device)
-    check_tensor("v_cache", v_cache, 4, dtype=k.dtype, device=k.device)
-    check_tensor("slot_mapping", slot_mapping, 1, dtype=torch.int64, device=k.device)
-    T, Hkv, D = k.shape
-    NB, BS = k_cache.shape[:2]
-    if v.shape != k.shape:
-        raise TensorError(f"k and v must have the same shape, got {tuple(k.shape)} and {tuple(v.shape)}")
-    if v_cache.shape != k_cache.shape or v_cache.stride() != k_cache.stride():
-        raise TensorError(f"k_cache {tuple(k_cache.shape)}/{k_cache.stride()} and v_cache "
-                          f"{tuple(v_cache.shape)}/{v_cache.stride()} must have the same shape and strides")
-    if tuple(k_cache.shape[2:]) != (Hkv, D):
-        raise TensorError(f"k has [Hkv, D] = {[Hkv, D]}, the cache holds {list(k_cache.shape[2:])}")
-    if slot_mapping.shape[0] != T:
-        raise TensorError(f"slot_mapping has {slot_mapping.shape[0]} entries for {T} tokens")
+    _check_store_args(k, v, k_cache, v_cache, slot_mapping)
+    if v_cache.stride() != k_cache.stride():
+        raise TensorError(f"k_cache and v_cache must have the same strides, got {k_cache.stride()} "
+                          f"and {v_cache.stride()}")
     check_kernel_dtype(k.dtype, k.device)
+    T, Hkv, D = k.shape
+    BS = k_cache.shape[1]
     if T == 0:
         return
-    lo, hi = torch.stack([slot_mapping.min(), slot_mapping.max()]).tolist()   # one sync
-    if lo < -1 or hi >= NB * BS:
-        bad = lo if lo < -1 else hi
-        raise CacheError(f"slot {bad} is outside the cache's {NB} blocks x {BS} slots "
-                         f"(valid: 0..{NB * BS - 1}, or -1 to skip)")
     require_triton()
     k, v = k.contiguous(), v.contiguous()
     _store_kv_kernel[(T,)](

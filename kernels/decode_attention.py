@@ -22,7 +22,7 @@ import torch
 
 from paged_kv.errors import TensorError
 
-from ._checks import check_qkv, check_seq_lens, check_tensor
+from ._checks import check_qkv, check_seq_lens, check_tensor, check_tuning
 from ._runtime import require_triton, tl, triton
 
 
@@ -41,18 +41,20 @@ def decode_attention_reference(q, k_cache, v_cache, seq_lens, scale=None):
         scale: default ``1 / sqrt(D)``.
 
     Returns:
-        ``[B, H, D]``.
+        ``[B, H, D]``.  Like the kernel, rows past ``seq_lens[b]`` are never read (replaced by 0
+        with ``torch.where``, so NaN there stays out); NaN or inf in valid rows propagates.
     """
     B, H, D = q.shape
     Hkv = k_cache.shape[2]
     T_max = int(seq_lens.max()) if B else 0  # rows past the longest sequence are never read
     scale = 1.0 / math.sqrt(D) if scale is None else scale
     group = H // Hkv
-    qf = q.float().view(B, Hkv, group, D)
-    kf = k_cache[:, :T_max].float()
-    vf = v_cache[:, :T_max].float()
-    scores = torch.einsum("bkgd,btkd->bkgt", qf, kf) * scale  # (B, Hkv, G, T_max)
     valid = torch.arange(T_max, device=q.device)[None, :] < seq_lens.to(q.device).long()[:, None]
+    keep = valid[:, :, None, None]  # (B, T_max, 1, 1)
+    qf = q.float().view(B, Hkv, group, D)
+    kf = torch.where(keep, k_cache[:, :T_max].float(), 0)
+    vf = torch.where(keep, v_cache[:, :T_max].float(), 0)
+    scores = torch.einsum("bkgd,btkd->bkgt", qf, kf) * scale  # (B, Hkv, G, T_max)
     scores = scores.masked_fill(~valid[:, None, None, :], float("-inf"))
     probs = torch.softmax(scores, dim=-1)
     out = torch.einsum("bkgt,btkd->bkgd", probs, vf)  # (B, Hkv, G, D)
@@ -176,14 +178,20 @@ def decode_attention(q, k_cache, v_cache, seq_lens, scale=None, num_splits=None,
             contiguous first), same dtype/device as ``q``.
         seq_lens: ``[B]`` int32 with ``1 <= seq_lens[b] <= T_max``.
         scale: default ``1 / sqrt(D)``.
-        num_splits: chunks per sequence; default from :func:`choose_num_splits`.
+        num_splits: chunks per sequence, an int >= 1 (more than the tokens fill are dropped);
+            ``None``: the default from :func:`choose_num_splits`.
+        block_n: cached tokens per inner step, a power of two >= 16 (``tl.dot`` needs 16).
 
     Returns:
         ``[B, H, D]`` in ``q.dtype``.
 
     Raises:
+        ConfigError: ``num_splits`` or ``block_n`` not an int in range (``num_splits=0`` too).
         TensorError, DTypeNotSupportedError, KernelUnavailableError (see ``prefill_attention``).
     """
+    if num_splits is not None:
+        num_splits = check_tuning("num_splits", num_splits, minimum=1)
+    block_n = check_tuning("block_n", block_n, minimum=16, power_of_two=True)
     check_tensor("q", q, 3)
     check_tensor("k_cache", k_cache, 4)
     check_tensor("v_cache", v_cache, 4)
@@ -202,7 +210,7 @@ def decode_attention(q, k_cache, v_cache, seq_lens, scale=None, num_splits=None,
     scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
     group = H // Hkv
     max_len = int(seq_lens.max())
-    S = num_splits or choose_num_splits(B * Hkv, max_len, block_n, q.device)
+    S = num_splits if num_splits is not None else choose_num_splits(B * Hkv, max_len, block_n, q.device)
     tokens_per_split = triton.cdiv(triton.cdiv(max_len, S), block_n) * block_n
     S = triton.cdiv(max_len, tokens_per_split)
     BLOCK_D = triton.next_power_of_2(D)

@@ -36,7 +36,7 @@ import torch
 
 from paged_kv.errors import CacheError, TensorError
 
-from ._checks import check_qkv, check_tensor
+from ._checks import check_qkv, check_tensor, check_tuning
 from ._runtime import require_triton, tl, triton
 from .cache_ops import cache_offset
 from .decode_attention import _decode_combine_kernel, choose_num_splits, decode_attention_reference
@@ -168,6 +168,9 @@ def check_block_tables(block_tables, seq_lens, num_blocks: int, block_size: int,
                           f"{block_tables.shape[0]} rows for a batch of {B}")
     if B == 0:
         return 0
+    if block_tables.shape[1] == 0:
+        raise TensorError(f"block_tables has 0 columns (shape {tuple(block_tables.shape)}): "
+                          f"every sequence needs at least one block")
     lens = seq_lens.long()
     used = (torch.arange(block_tables.shape[1], device=device)[None, :]
             < (lens[:, None] + block_size - 1) // block_size)                # (B, max_blocks)
@@ -198,7 +201,7 @@ def paged_decode_attention(q, k_cache, v_cache, block_tables, seq_lens, scale=No
             (shared blocks); entries past ``ceil(seq_lens[b] / BS)`` are never read.
         seq_lens: ``[B]`` int32, ``1 <= seq_lens[b] <= max_blocks * BS``.
         scale: default ``1 / sqrt(D)``.
-        num_splits: chunks per sequence; default from
+        num_splits: chunks per sequence, an int >= 1; ``None``: the default from
             :func:`kernels.decode_attention.choose_num_splits` (1 under the interpreter).
         block_n: token positions per inner step (>= 16, a power of two).
 
@@ -206,10 +209,15 @@ def paged_decode_attention(q, k_cache, v_cache, block_tables, seq_lens, scale=No
         ``[B, H, D]`` in ``q.dtype`` (empty when ``B == 0``).
 
     Raises:
-        TensorError: bad ranks, shapes, dtypes or devices; ``seq_lens`` beyond the table.
+        ConfigError: ``num_splits`` or ``block_n`` not an int in range (``num_splits=0`` too).
+        TensorError: bad ranks, shapes, dtypes or devices; ``seq_lens`` beyond the table; a
+            table with no columns; ``D == 0``.
         CacheError: a used block id outside the pool.
         DTypeNotSupportedError, KernelUnavailableError: see :mod:`kernels._runtime`.
     """
+    if num_splits is not None:
+        num_splits = check_tuning("num_splits", num_splits, minimum=1)
+    block_n = check_tuning("block_n", block_n, minimum=16, power_of_two=True)
     check_tensor("q", q, 3)
     check_tensor("k_cache", k_cache, 4)
     check_tensor("v_cache", v_cache, 4)
@@ -226,7 +234,7 @@ def paged_decode_attention(q, k_cache, v_cache, block_tables, seq_lens, scale=No
     block_tables = block_tables.contiguous()
     scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
     group = H // Hkv
-    S = num_splits or choose_num_splits(B * Hkv, max_len, block_n, q.device)
+    S = num_splits if num_splits is not None else choose_num_splits(B * Hkv, max_len, block_n, q.device)
     tokens_per_split = triton.cdiv(triton.cdiv(max_len, S), block_n) * block_n
     S = triton.cdiv(max_len, tokens_per_split)
     BLOCK_D = triton.next_power_of_2(D)

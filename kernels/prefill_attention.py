@@ -23,7 +23,7 @@ import torch
 
 from paged_kv.errors import TensorError
 
-from ._checks import check_qkv, check_seq_lens, check_tensor
+from ._checks import check_qkv, check_seq_lens, check_tensor, check_tuning
 from ._runtime import require_triton, tl, triton
 
 
@@ -43,23 +43,30 @@ def prefill_attention_reference(q, k, v, seq_lens=None, scale=None):
 
     Returns:
         ``[B, T, H, D]``; rows at or past ``seq_lens[b]`` are zero.
+
+    Like the kernel, it never lets padding in: K/V rows at or past ``seq_lens[b]`` are replaced
+    by 0 (``torch.where``, so NaN there stays out), and only the fully masked (padding) query
+    rows are set to 0.  A NaN or inf in a *valid* q/k/v row propagates, as it does in the kernel.
     """
     B, T, H, D = q.shape
     Hkv = k.shape[2]
     scale = 1.0 / math.sqrt(D) if scale is None else scale
     group = H // Hkv
-    qf = q.float().transpose(1, 2)  # (B, H, T, D)
-    kf = k.float().repeat_interleave(group, dim=2).transpose(1, 2)  # (B, H, T, D)
-    vf = v.float().repeat_interleave(group, dim=2).transpose(1, 2)
-    scores = (qf @ kf.transpose(-1, -2)) * scale  # (B, H, T, T)
     pos = torch.arange(T, device=q.device)
     allowed = pos[None, :] <= pos[:, None]  # (T, T) causal
     if seq_lens is not None:
         valid = pos[None, :] < seq_lens.to(q.device).long()[:, None]  # (B, T)
+        keep = valid[:, :, None, None]  # (B, T, 1, 1)
+        k, v = torch.where(keep, k, 0), torch.where(keep, v, 0)  # padding never read
         allowed = allowed[None] & valid[:, None, :] & valid[:, :, None]  # (B, T, T)
         allowed = allowed[:, None]  # (B, 1, T, T)
+    qf = q.float().transpose(1, 2)  # (B, H, T, D)
+    kf = k.float().repeat_interleave(group, dim=2).transpose(1, 2)  # (B, H, T, D)
+    vf = v.float().repeat_interleave(group, dim=2).transpose(1, 2)
+    scores = (qf @ kf.transpose(-1, -2)) * scale  # (B, H, T, T)
     scores = scores.masked_fill(~allowed, float("-inf"))
-    probs = torch.softmax(scores, dim=-1).nan_to_num(0.0)  # fully masked (padding) rows -> 0
+    probs = torch.softmax(scores, dim=-1)  # a fully masked (padding) row is all NaN here
+    probs = torch.where(allowed.any(dim=-1, keepdim=True), probs, 0.0)  # ... and 0 after this
     out = probs @ vf  # (B, H, T, D)
     return out.transpose(1, 2).to(q.dtype)
 
@@ -137,15 +144,21 @@ def prefill_attention(q, k, v, seq_lens=None, scale=None, block_m: int = 16, blo
         k, v: ``[B, T, Hkv, D]`` same dtype and device; ``H % Hkv == 0``.
         seq_lens: ``[B]`` int32 with ``1 <= seq_lens[b] <= T`` (default: all ``T``).
         scale: softmax scale, default ``1 / sqrt(D)``.
+        block_m, block_n: query rows per program and keys per inner step, powers of two
+            >= 16 (``tl.dot`` needs 16).
 
     Returns:
         ``[B, T, H, D]`` in ``q.dtype``; rows at or past ``seq_lens[b]`` are left as zeros.
 
     Raises:
-        TensorError: wrong rank, dtype mismatch, device mismatch, bad head counts or lengths.
+        ConfigError: ``block_m``/``block_n`` not a power-of-two int >= 16.
+        TensorError: wrong rank, dtype mismatch, device mismatch, bad head counts or lengths,
+            ``D == 0``.
         DTypeNotSupportedError: bf16 under the interpreter or on a GPU below sm_80.
         KernelUnavailableError: Triton cannot run here (no Triton, or no GPU and no interpreter).
     """
+    block_m = check_tuning("block_m", block_m, minimum=16, power_of_two=True)
+    block_n = check_tuning("block_n", block_n, minimum=16, power_of_two=True)
     check_tensor("q", q, 4)
     check_tensor("k", k, 4)
     check_tensor("v", v, 4)

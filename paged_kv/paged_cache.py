@@ -16,9 +16,12 @@ BS block size (tokens per block).
 
 from __future__ import annotations
 
+import operator
+
 import torch
 
 from .attention import AttentionMetadata, check_backend
+from .block_allocator import as_count
 from .config import ModelConfig
 from .errors import CacheError, ConfigError, TensorError
 from .memory import kv_bytes_per_token
@@ -28,9 +31,7 @@ KV_DTYPE_NAMES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: 
 
 
 def _positive_int(name: str, value) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ConfigError(f"{name} must be a positive int, got {value!r}")
-    return value
+    return as_count(name, value, minimum=1)
 
 
 class PagedKVCache:
@@ -61,7 +62,7 @@ class PagedKVCache:
         if dtype not in KV_DTYPE_NAMES:
             raise ConfigError(f"cache dtype must be one of {list(KV_DTYPE_NAMES)}, got {dtype}")
         self.dtype, self.device = dtype, torch.device(device or "cpu")
-        shape = (num_blocks, block_size, cfg.num_kv_heads, cfg.head_dim)    # (NB, BS, Hkv, D)
+        shape = (self.num_blocks, self.block_size, cfg.num_kv_heads, cfg.head_dim)    # (NB, BS, Hkv, D)
         self.k_cache = [torch.zeros(shape, dtype=dtype, device=self.device) for _ in range(cfg.num_layers)]
         self.v_cache = [torch.zeros(shape, dtype=dtype, device=self.device) for _ in range(cfg.num_layers)]
 
@@ -74,13 +75,21 @@ class PagedKVCache:
         so ``num_blocks = budget_bytes // that``; the leftover (less than a block) stays unused.
 
         Raises:
-            ConfigError: the budget is smaller than one block.
+            ConfigError: ``budget_bytes`` is not an int number of bytes (a float such as ``1e6``
+                is refused: write ``10**6`` or ``1_000_000``), or is smaller than one block.
         """
-        _positive_int("block_size", block_size)
+        block_size = _positive_int("block_size", block_size)
         if dtype not in KV_DTYPE_NAMES:
             raise ConfigError(f"cache dtype must be one of {list(KV_DTYPE_NAMES)}, got {dtype}")
         per_block = block_size * kv_bytes_per_token(cfg, KV_DTYPE_NAMES[dtype])
-        if not isinstance(budget_bytes, int) or budget_bytes < per_block:
+        try:
+            if isinstance(budget_bytes, bool):
+                raise TypeError
+            budget_bytes = operator.index(budget_bytes)
+        except TypeError:
+            raise ConfigError(f"budget_bytes must be an int number of bytes (e.g. 10**6 or "
+                              f"1_000_000, not 1e6), got {budget_bytes!r}") from None
+        if budget_bytes < per_block:
             raise ConfigError(f"a budget of {budget_bytes!r} bytes holds no block: one block of "
                               f"{block_size} tokens takes {per_block:,} bytes")
         return cls(cfg, budget_bytes // per_block, block_size, dtype, device)
@@ -123,9 +132,6 @@ class PagedKVCache:
         if backend == "triton":
             cache_ops.store_kv(k, v, cache_k, cache_v, slots)
             return
-        if slots.numel() and (int(slots.min()) < -1 or int(slots.max()) >= self.num_slots):
-            raise CacheError(f"slot mapping holds slots {int(slots.min())}..{int(slots.max())}, "
-                             f"the pool has 0..{self.num_slots - 1} (-1 = padding)")
         cache_ops.store_kv_reference(k, v, cache_k, cache_v, slots)
 
     def copy_blocks(self, copies: list[tuple[int, int]]) -> None:

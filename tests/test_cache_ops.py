@@ -120,6 +120,34 @@ def test_bad_slots_raise_cache_error():
     assert torch.isnan(k_cache).all(), "a rejected call must not write anything"
 
 
+def test_reference_validates_slots_like_the_kernel():
+    """The PyTorch reference (the torch backend of PagedKVCache) must not wrap -5 around to slot
+    NB*BS - 5, nor fail with a bare IndexError: the same CacheError as store_kv, nothing written."""
+    k, v, k_cache, v_cache, slots = _case(4, 2, 64, 3, 16, torch.float32)
+    for bad in (-5, -2, 3 * 16, 99):
+        s = slots.clone()
+        s[1] = bad
+        for write in (store_kv, store_kv_reference):
+            with pytest.raises(CacheError, match=f"slot {bad} is outside"):
+                write(k, v, k_cache, v_cache, s)
+    assert torch.isnan(k_cache).all() and torch.isnan(v_cache).all()
+    with pytest.raises(TensorError, match="int64"):
+        store_kv_reference(k, v, k_cache, v_cache, slots.to(torch.int32))
+    s = torch.tensor([-1, 47, -1, 0])              # -1 skips: exactly the two real tokens land
+    store_kv_reference(k, v, k_cache, v_cache, s)
+    assert torch.equal(k_cache[2, 15], k[1]) and torch.equal(v_cache[0, 0], v[3])
+    assert int((~torch.isnan(k_cache[..., 0, 0])).sum()) == 2
+
+
+def test_zero_sized_heads_raise_tensor_error():
+    z = torch.zeros(2, 2, 0)
+    with pytest.raises(TensorError, match="head_dim D must be >= 1, got 0"):
+        store_kv(z, z, torch.zeros(3, 4, 2, 0), torch.zeros(3, 4, 2, 0), torch.tensor([0, 1]))
+    z = torch.zeros(2, 0, 4)
+    with pytest.raises(TensorError, match="num_kv_heads Hkv must be >= 1, got 0"):
+        store_kv(z, z, torch.zeros(3, 4, 0, 4), torch.zeros(3, 4, 0, 4), torch.tensor([0, 1]))
+
+
 def test_bad_tensors_raise_tensor_error():
     k, v, k_cache, v_cache, slots = _case(4, 2, 64, 3, 16, torch.float32)
     with pytest.raises(TensorError, match="int64"):

@@ -9,7 +9,7 @@ import torch
 
 from kernels.decode_attention import decode_attention, decode_attention_reference
 from kernels.prefill_attention import prefill_attention, prefill_attention_reference
-from paged_kv.errors import DTypeNotSupportedError, TensorError
+from paged_kv.errors import ConfigError, DTypeNotSupportedError, TensorError
 
 LENGTHS = [1, 15, 16, 17, 100]
 HEAD_DIMS = [64, 80, 96, 128]
@@ -108,3 +108,88 @@ def test_prefill_bad_shapes_raise():
         prefill_attention(torch.zeros(2, 4, 64), torch.zeros(2, 4, 2, 64), torch.zeros(2, 4, 2, 64))
     with pytest.raises(TensorError, match="expected"):
         prefill_attention(torch.zeros(2, 4, 4, 64), torch.zeros(2, 5, 2, 64), torch.zeros(2, 5, 2, 64))
+
+
+# --- tuning arguments ---------------------------------------------------------------------------
+BAD_TUNING = [(-1, "num_splits", ">= 1, got -1"), (0, "num_splits", ">= 1, got 0"),
+              (2.5, "num_splits", "must be an int, got 2.5"), (True, "num_splits", "must be an int"),
+              (0, "block_n", ">= 16, got 0"), (24, "block_n", "power of two.*got 24"),
+              (8, "block_n", ">= 16, got 8"), ("32", "block_n", "must be an int")]
+
+
+@pytest.mark.parametrize("value,name,match", BAD_TUNING)
+def test_decode_bad_tuning_raises_config_error(value, name, match):
+    q, k = torch.zeros(1, 4, 64), torch.zeros(1, 8, 2, 64)
+    with pytest.raises(ConfigError, match=f"{name}.*{match}|{match}"):
+        decode_attention(q, k, k.clone(), torch.tensor([3], dtype=torch.int32), **{name: value})
+
+
+@pytest.mark.parametrize("name,value,match", [("block_m", 0, ">= 16, got 0"), ("block_m", 7, "got 7"),
+                                              ("block_m", 48, "power of two.*48"),
+                                              ("block_n", 0, ">= 16, got 0"), ("block_n", 24, "power of two.*24"),
+                                              ("block_n", 16.0, "must be an int")])
+def test_prefill_bad_tuning_raises_config_error(name, value, match):
+    q, k = torch.zeros(1, 8, 4, 64), torch.zeros(1, 8, 2, 64)
+    with pytest.raises(ConfigError, match=match):
+        prefill_attention(q, k, k.clone(), **{name: value})
+
+
+def test_tuning_accepts_numpy_ints_and_none_means_default():
+    np = pytest.importorskip("numpy")
+    g = torch.Generator().manual_seed(6)
+    q, k, v = torch.randn(1, 4, 16, generator=g), torch.randn(1, 20, 2, 16, generator=g), torch.randn(1, 20, 2, 16, generator=g)
+    lens = torch.tensor([20], dtype=torch.int32)
+    ref = decode_attention_reference(q, k, v, lens)
+    for splits, block_n in ((None, 32), (np.int64(2), np.int32(16))):
+        out = decode_attention(q, k, v, lens, num_splits=splits, block_n=block_n)
+        torch.testing.assert_close(out, ref, atol=2e-5, rtol=2e-5)
+
+
+def test_zero_head_dim_raises_tensor_error():
+    with pytest.raises(TensorError, match="head_dim D must be >= 1, got 0"):
+        decode_attention(torch.zeros(1, 4, 0), torch.zeros(1, 8, 2, 0), torch.zeros(1, 8, 2, 0),
+                         torch.tensor([3], dtype=torch.int32))
+    with pytest.raises(TensorError, match="head_dim D must be >= 1, got 0"):
+        prefill_attention(torch.zeros(1, 8, 4, 0), torch.zeros(1, 8, 2, 0), torch.zeros(1, 8, 2, 0))
+
+
+# --- non-finite values: the references propagate them like the kernels -------------------------
+@pytest.mark.filterwarnings("ignore:invalid value:RuntimeWarning")   # numpy, inside the interpreter
+def test_prefill_reference_propagates_nan_and_inf_like_the_kernel():
+    """A NaN in q, or an inf in k, at a valid position gives NaN rows in the kernel; the reference
+    must give NaN in exactly the same rows (not zeros), keep padding rows at 0, and ignore NaN in
+    padding K/V (the kernel never reads it)."""
+    g = torch.Generator().manual_seed(7)
+    B, T, H, Hkv, D = 2, 6, 4, 2, 16
+    q, k, v = (torch.randn(B, T, n, D, generator=g) for n in (H, Hkv, Hkv))
+    lens = torch.tensor([6, 4], dtype=torch.int32)
+    q[0, 2, 1, 5] = float("nan")                  # one query row of head 1
+    k[1, 1, 0] = float("inf")                     # key 1 of KV head 0: query rows >= 1, heads 0-1
+    k[1, 4:], v[1, 4:] = float("nan"), float("nan")   # padding of sequence 1
+    out = prefill_attention(q, k, v, lens)
+    ref = prefill_attention_reference(q, k, v, lens)
+    nan_kernel = torch.isnan(out).any(-1)         # (B, T, H)
+    expected = torch.zeros(B, T, H, dtype=torch.bool)
+    expected[0, 2, 1] = True
+    expected[1, 1:4, 0:2] = True
+    assert torch.equal(nan_kernel, expected)      # the kernel's behaviour, derived by hand
+    assert torch.equal(torch.isnan(ref).any(-1), expected)
+    assert torch.equal(ref[1, 4:], torch.zeros_like(ref[1, 4:]))   # padding rows: exactly 0
+    fine = ~expected[..., None].expand_as(ref)
+    fine &= (torch.arange(T)[None, :, None, None] < lens[:, None, None, None])
+    torch.testing.assert_close(out[fine], ref[fine], atol=2e-5, rtol=2e-5)
+
+
+@pytest.mark.filterwarnings("ignore:invalid value:RuntimeWarning")
+def test_decode_reference_ignores_padding_but_not_valid_nan():
+    g = torch.Generator().manual_seed(8)
+    q, k, v = torch.randn(2, 4, 16, generator=g), torch.randn(2, 10, 2, 16, generator=g), torch.randn(2, 10, 2, 16, generator=g)
+    lens = torch.tensor([10, 3], dtype=torch.int32)
+    clean = decode_attention_reference(q, k, v, lens)
+    k[1, 3:], v[1, 3:] = float("nan"), float("nan")      # padding of sequence 1
+    torch.testing.assert_close(decode_attention_reference(q, k, v, lens), clean)
+    v[0, 4, 1, 0] = float("nan")                          # a real value: heads 2-3 of sequence 0
+    ref = decode_attention_reference(q, k, v, lens)
+    out = decode_attention(q, k, v, lens)
+    want = torch.tensor([[False, False, True, True], [False, False, False, False]])
+    assert torch.equal(torch.isnan(ref).any(-1), want) and torch.equal(torch.isnan(out).any(-1), want)

@@ -17,7 +17,7 @@ from kernels.cache_ops import store_kv
 from kernels.decode_attention import decode_attention_reference
 from kernels.paged_attention import (gather_kv, paged_copy, paged_decode_attention,
                                      paged_decode_attention_reference)
-from paged_kv.errors import CacheError, DTypeNotSupportedError, TensorError
+from paged_kv.errors import CacheError, ConfigError, DTypeNotSupportedError, TensorError
 
 LENGTHS = [1, 15, 16, 17, 100]
 HEAD_DIMS = [64, 80, 96, 128]
@@ -212,3 +212,19 @@ def test_cache_larger_than_2_to_31_elements_on_gpu():
     kc[0, 40:], vc[0, 40:] = 0, 0
     expected = decode_attention_reference(q, kc, vc, seq_lens)
     torch.testing.assert_close(out.float(), expected.float(), atol=2e-3, rtol=2e-3)
+
+
+@pytest.mark.parametrize("name,value,match", [
+    ("num_splits", -2, "num_splits must be >= 1, got -2"), ("num_splits", 0, "num_splits must be >= 1, got 0"),
+    ("num_splits", 2.5, "num_splits must be an int, got 2.5"), ("block_n", 0, "block_n must be >= 16, got 0"),
+    ("block_n", 24, "block_n must be a power of two.*got 24"), ("block_n", None, "block_n must be an int"),
+])
+def test_bad_tuning_raises_config_error(name, value, match):
+    with pytest.raises(ConfigError, match=match):
+        paged_decode_attention(*_args(), **{name: value})
+
+
+def test_table_without_columns_raises_tensor_error():
+    q, k, v, _, lens = _args()
+    with pytest.raises(TensorError, match="0 columns"):
+        paged_decode_attention(q, k, v, torch.zeros(2, 0, dtype=torch.int32), lens)
