@@ -8,10 +8,29 @@ and vLLM v1's ``FreeKVCacheBlockQueue`` (``vllm/v1/core/kv_cache_utils.py``) for
 
 from __future__ import annotations
 
+import operator
 from collections import deque
 from typing import Iterable
 
 from .errors import BlockError, ConfigError, OutOfBlocksError
+
+
+def as_count(name: str, value, minimum: int = 0, error: type = ConfigError) -> int:
+    """``value`` as a Python int ``>= minimum``, or raise ``error`` naming it.
+
+    Python and numpy integers pass (``operator.index``); bools, floats (even ``2.0``) and other
+    types do not: a count of tokens, blocks or bytes is a whole number, and a silent ``int()``
+    would turn ``2.7`` tokens into 2.  Shared by the block bookkeeping and the paged cache.
+    """
+    if isinstance(value, bool):
+        raise error(f"{name} must be an int, got {value!r}")
+    try:
+        n = operator.index(value)
+    except TypeError:
+        raise error(f"{name} must be an int, got {value!r} ({type(value).__name__})") from None
+    if n < minimum:
+        raise error(f"{name} must be >= {minimum}, got {n}")
+    return n
 
 
 class BlockAllocator:
@@ -47,14 +66,18 @@ class BlockAllocator:
     """
 
     def __init__(self, num_blocks: int, free_order: Iterable[int] | None = None) -> None:
-        if not isinstance(num_blocks, int) or isinstance(num_blocks, bool) or num_blocks < 1:
-            raise ConfigError(f"num_blocks must be a positive int, got {num_blocks!r}")
-        order = list(range(num_blocks)) if free_order is None else [int(b) for b in free_order]
+        num_blocks = as_count("num_blocks", num_blocks, minimum=1)
+        given = list(range(num_blocks)) if free_order is None else list(free_order)
+        try:
+            order = [as_count("a free_order entry", b) for b in given]
+        except ConfigError:
+            order = []
         if sorted(order) != list(range(num_blocks)):
-            raise ConfigError(f"free_order must be a permutation of range({num_blocks}), got {order!r:.120}")
+            raise ConfigError(f"free_order must be a permutation of range({num_blocks}), got {given!r:.120}")
         self.num_blocks = num_blocks
         self._free: deque[int] = deque(order)      # head = next block handed out
         self._refs: list[int] = [0] * num_blocks   # holders of each block; 0 = free
+        self._ever: list[bool] = [False] * num_blocks   # handed out at least once (for errors)
 
     # --- queries ------------------------------------------------------------------------------
     @property
@@ -86,6 +109,7 @@ class BlockAllocator:
             raise OutOfBlocksError(1, 0, "one block")
         block_id = self._free.popleft()
         self._refs[block_id] = 1
+        self._ever[block_id] = True
         return block_id
 
     def share(self, block_id: int) -> int:
@@ -94,7 +118,8 @@ class BlockAllocator:
         Raises:
             BlockError: the block is free (sharing it would hand out memory nobody owns).
         """
-        if self.ref_count(block_id) == 0:
+        block_id = self._check_id(block_id)
+        if self._refs[block_id] == 0:
             raise BlockError(f"cannot share block {block_id}: it is free")
         self._refs[block_id] += 1
         return self._refs[block_id]
@@ -105,10 +130,15 @@ class BlockAllocator:
         Returns the remaining ref count (0 = the block is free again).
 
         Raises:
-            BlockError: ``block_id`` is already free (a double free) or outside the pool.  The
-                count never goes negative and a block never sits twice on the free list.
+            BlockError: ``block_id`` is free: either it was never allocated ("not allocated"),
+                or it was and has been freed already ("double free"); or it is outside the
+                pool.  The count never goes negative and a block never sits twice on the list.
         """
-        if self.ref_count(block_id) == 0:
+        block_id = self._check_id(block_id)
+        if self._refs[block_id] == 0 and not self._ever[block_id]:
+            raise BlockError(f"block {block_id} is not allocated: it was never handed out, so "
+                             f"there is nothing to free")
+        if self._refs[block_id] == 0:
             raise BlockError(f"double free: block {block_id} is already free")
         self._refs[block_id] -= 1
         if self._refs[block_id] == 0:
@@ -137,9 +167,13 @@ class BlockAllocator:
             raise BlockError(f"free list {sorted(self._free)} differs from the blocks with ref count 0 {sorted(zero)}")
 
     def _check_id(self, block_id: int) -> int:
-        if not isinstance(block_id, int) or isinstance(block_id, bool) or not 0 <= block_id < self.num_blocks:
+        try:
+            ok = not isinstance(block_id, bool) and 0 <= operator.index(block_id) < self.num_blocks
+        except TypeError:
+            ok = False
+        if not ok:
             raise BlockError(f"block id must be an int in 0..{self.num_blocks - 1}, got {block_id!r}")
-        return block_id
+        return operator.index(block_id)
 
     def __repr__(self) -> str:
         return f"BlockAllocator(num_blocks={self.num_blocks}, free={self.num_free_blocks})"

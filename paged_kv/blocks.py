@@ -7,7 +7,8 @@ is taken only when the last one is full (on-demand allocation), so a sequence wa
 ``block_size - 1`` slots.  The paged cache and kernels read the tables and slot mappings made
 here (``slot = physical_id * block_size + offset``, vLLM's ``slot_mapping``).
 
-Fork and copy-on-write (§4.4, used from chapter 6 on): :meth:`BlockSpaceManager.fork` lets a
+Fork and copy-on-write (§4.4, for parallel sampling and beam search in a later chapter):
+:meth:`BlockSpaceManager.fork` lets a
 child share all its parent's blocks (ref counts go up, no copy); the first append into a
 *shared, partly filled* last block copies that block to a fresh one, and the ``(src, dst)``
 copy is queued for the cache (:meth:`BlockSpaceManager.take_copies`).
@@ -17,19 +18,40 @@ Legend: BS block size (tokens per block), NB blocks in the pool.
 
 from __future__ import annotations
 
+import operator
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Hashable, Iterable
 
-from .block_allocator import BlockAllocator
-from .errors import BlockError, ConfigError, OutOfBlocksError
+from .block_allocator import BlockAllocator, as_count
+from .errors import BlockError, OutOfBlocksError
 
 __all__ = ["BlockAllocator", "BlockSpaceManager", "BlockTable", "blocks_needed"]
 
 
 def blocks_needed(num_tokens: int, block_size: int) -> int:
-    """Blocks that hold ``num_tokens`` tokens: ``ceil(num_tokens / block_size)``."""
-    return -(-num_tokens // block_size)
+    """Blocks that hold ``num_tokens`` tokens: ``ceil(num_tokens / block_size)`` (0 for 0 tokens).
+
+    Raises:
+        BlockError: ``num_tokens`` is not an int ``>= 0`` (e.g. ``-5`` or ``10.5``).
+        ConfigError: ``block_size`` is not an int ``>= 1``.
+    """
+    n = as_count("num_tokens", num_tokens, minimum=0, error=BlockError)
+    bs = as_count("block_size", block_size, minimum=1)
+    return -(-n // bs)
+
+
+def check_seq_id(seq_id) -> Hashable:
+    """A sequence id is a ``str`` or an int (numpy ints become ``int``; bools are refused, since
+    ``True == 1`` would name sequence 1).  Raises ``BlockError`` naming anything else."""
+    if isinstance(seq_id, str):
+        return seq_id
+    if not isinstance(seq_id, bool):
+        try:
+            return operator.index(seq_id)
+        except TypeError:
+            pass
+    raise BlockError(f"a sequence id must be a str or an int, got {seq_id!r} ({type(seq_id).__name__})")
 
 
 @dataclass
@@ -41,11 +63,27 @@ class BlockTable:
         block_ids: physical block id of each logical block, in logical order.
         num_tokens: tokens the sequence holds; they fill logical blocks left to right, so
             logical block ``i`` holds :meth:`filled` ``(i)`` tokens (the paper's "# filled").
+
+    Raises:
+        ConfigError: ``block_size`` not an int ``>= 1``.
+        BlockError: a block id that is not an int ``>= 0``; ``num_tokens`` not an int ``>= 0``
+            or more than ``len(block_ids) * block_size`` (the blocks cannot hold them).
     """
 
     block_size: int
     block_ids: list[int] = field(default_factory=list)
     num_tokens: int = 0
+
+    def __post_init__(self) -> None:
+        self.block_size = as_count("block_size", self.block_size, minimum=1)
+        if isinstance(self.block_ids, (str, bytes)):
+            raise BlockError(f"block_ids must be a list of ints, got {self.block_ids!r}")
+        self.block_ids = [as_count("a block id", b, minimum=0, error=BlockError) for b in self.block_ids]
+        self.num_tokens = as_count("num_tokens", self.num_tokens, minimum=0, error=BlockError)
+        capacity = len(self.block_ids) * self.block_size
+        if self.num_tokens > capacity:
+            raise BlockError(f"num_tokens={self.num_tokens} does not fit in {len(self.block_ids)} "
+                             f"blocks x {self.block_size} slots = {capacity}")
 
     def __len__(self) -> int:
         return len(self.block_ids)
@@ -57,10 +95,11 @@ class BlockTable:
         return iter(self.block_ids)
 
     def filled(self, logical: int) -> int:
-        """Tokens held by logical block ``logical`` (``block_size`` for all but the last)."""
+        """Tokens held by logical block ``logical`` (``block_size`` for all but the last; 0 for a
+        block reserved past the last token, which only a hand-built table can have)."""
         if not 0 <= logical < len(self.block_ids):
             raise BlockError(f"logical block {logical} outside 0..{len(self.block_ids) - 1}")
-        return min(self.block_size, self.num_tokens - logical * self.block_size)
+        return max(0, min(self.block_size, self.num_tokens - logical * self.block_size))
 
     def locate(self, position: int) -> tuple[int, int]:
         """``(logical block, offset)`` of token ``position`` (0-based) in the sequence."""
@@ -101,10 +140,9 @@ class BlockSpaceManager:
     """
 
     def __init__(self, num_blocks: int, block_size: int, free_order: Iterable[int] | None = None) -> None:
-        if not isinstance(block_size, int) or isinstance(block_size, bool) or block_size < 1:
-            raise ConfigError(f"block_size must be a positive int (tokens per block), got {block_size!r}")
+        block_size = as_count("block_size (tokens per block)", block_size, minimum=1)
         self.allocator = BlockAllocator(num_blocks, free_order)
-        self.num_blocks, self.block_size = num_blocks, block_size
+        self.num_blocks, self.block_size = self.allocator.num_blocks, block_size
         self._tables: dict[Hashable, BlockTable] = {}
         self._copies: list[tuple[int, int]] = []   # copy-on-write (src, dst) not yet applied
 
@@ -119,7 +157,10 @@ class BlockSpaceManager:
         return list(self._tables)
 
     def __contains__(self, seq_id) -> bool:
-        return seq_id in self._tables
+        try:
+            return check_seq_id(seq_id) in self._tables
+        except BlockError:          # not a valid id (e.g. a list): certainly not held
+            return False
 
     def block_table(self, seq_id) -> BlockTable:
         """A copy of ``seq_id``'s block table (mutating it does not change the manager)."""
@@ -154,12 +195,14 @@ class BlockSpaceManager:
         """Give a new sequence the ``ceil(num_tokens / BS)`` blocks its prompt fills; returns its table.
 
         Raises:
-            BlockError: ``seq_id`` already holds blocks, or ``num_tokens < 1``.
+            BlockError: ``seq_id`` is not a str/int or already holds blocks, or ``num_tokens < 1``.
             OutOfBlocksError: fewer free blocks than needed (nothing is allocated).
         """
+        seq_id = check_seq_id(seq_id)
         if seq_id in self._tables:
             raise BlockError(f"sequence {seq_id!r} already holds blocks; free it first")
-        needed = blocks_needed(self._check_tokens(num_tokens), self.block_size)
+        num_tokens = self._check_tokens(num_tokens)
+        needed = blocks_needed(num_tokens, self.block_size)
         if needed > self.num_free_blocks:
             raise OutOfBlocksError(needed, self.num_free_blocks, f"a {num_tokens}-token prompt")
         table = BlockTable(self.block_size, [self.allocator.allocate() for _ in range(needed)], num_tokens)
@@ -220,6 +263,7 @@ class BlockSpaceManager:
             BlockError: unknown parent, or ``child_id`` already holds blocks.
         """
         parent = self._table(parent_id)
+        child_id = check_seq_id(child_id)
         if child_id in self._tables:
             raise BlockError(f"sequence {child_id!r} already holds blocks; cannot fork into it")
         for block_id in parent.block_ids:
@@ -235,7 +279,7 @@ class BlockSpaceManager:
         holder.  Raises ``BlockError`` for an unknown (e.g. already freed) sequence.
         """
         table = self._table(seq_id)
-        del self._tables[seq_id]
+        del self._tables[check_seq_id(seq_id)]
         return [b for b in reversed(table.block_ids) if self.allocator.free(b) == 0]
 
     # --- invariants ---------------------------------------------------------------------------
@@ -269,15 +313,16 @@ class BlockSpaceManager:
     # --- helpers ------------------------------------------------------------------------------
     def _table(self, seq_id) -> BlockTable:
         try:
-            return self._tables[seq_id]
-        except (KeyError, TypeError):
+            return self._tables[check_seq_id(seq_id)]
+        except KeyError:
             raise BlockError(f"unknown sequence {seq_id!r} (known: {list(self._tables)!r:.80})") from None
 
     @staticmethod
     def _check_tokens(num_tokens: int) -> int:
-        if not isinstance(num_tokens, int) or isinstance(num_tokens, bool) or num_tokens < 1:
-            raise BlockError(f"a prompt needs >= 1 token, got num_tokens={num_tokens!r}")
-        return num_tokens
+        try:
+            return as_count("num_tokens", num_tokens, minimum=1, error=BlockError)
+        except BlockError as e:
+            raise BlockError(f"a prompt needs >= 1 token: {e}") from None
 
     def __repr__(self) -> str:
         return (f"BlockSpaceManager(num_blocks={self.num_blocks}, block_size={self.block_size}, "

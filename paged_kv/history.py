@@ -14,7 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Hashable, Sequence
 
+from .block_allocator import as_count
 from .blocks import BlockSpaceManager, BlockTable
+from .errors import BlockError
 
 # The free-list order under which the real manager hands out the figures' ids (see paper_trace).
 PAPER_FREE_ORDER = (7, 1, 3, 5, 2, 0, 4, 6, 8)
@@ -147,8 +149,13 @@ class BlockHistory:
         return snap
 
     def allocate(self, seq_id, tokens: int | Sequence) -> Snapshot:
-        """A prompt: ``tokens`` is a length or the prompt's tokens (labels)."""
-        toks = [""] * tokens if isinstance(tokens, int) else [str(t) for t in tokens]
+        """A prompt: ``tokens`` is a length (an int >= 1) or the prompt's tokens (labels).
+
+        Raises ``BlockError`` for a length that is not an int ``>= 1`` (``-3``, ``2.7``)."""
+        if hasattr(tokens, "__iter__") and not hasattr(tokens, "__index__"):   # labels
+            toks = [str(t) for t in tokens]
+        else:                                                                 # a length
+            toks = [""] * as_count("a prompt length (tokens)", tokens, minimum=1, error=BlockError)
         table = self.manager.allocate(seq_id, len(toks))
         self.labels[seq_id] = toks
         slots = tuple(self.manager.slot_mapping(seq_id))

@@ -18,8 +18,9 @@ from __future__ import annotations
 import torch
 
 from .attention import AttentionMetadata
+from .block_allocator import as_count
 from .blocks import BlockSpaceManager, blocks_needed
-from .errors import ConfigError, OutOfBlocksError
+from .errors import OutOfBlocksError
 from .generate import _last_logits, _right_pad
 from .model import TinyLlama
 from .paged_cache import PagedKVCache
@@ -54,8 +55,7 @@ class PagedDecoder:
 
     def __init__(self, model: TinyLlama, backend: str, prompts: list[list[int]], max_new_tokens: int,
                  block_size: int = 16, num_blocks: int | None = None) -> None:
-        if not isinstance(block_size, int) or isinstance(block_size, bool) or block_size < 1:
-            raise ConfigError(f"block_size must be a positive int (tokens per block), got {block_size!r}")
+        block_size = as_count("block_size (tokens per block)", block_size, minimum=1)
         if num_blocks is None:
             num_blocks = sum(blocks_needed(len(p) + max_new_tokens, block_size) for p in prompts)
         self.model, self.backend = model, backend

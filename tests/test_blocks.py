@@ -55,6 +55,28 @@ def test_double_free_raises_and_never_goes_negative():
     a.check()
 
 
+def test_freeing_a_block_never_allocated_is_not_called_a_double_free():
+    a = BlockAllocator(3)
+    with pytest.raises(BlockError, match="block 2 is not allocated") as e:
+        a.free(2)
+    assert "double" not in str(e.value)
+    assert a.free_list() == [0, 1, 2]
+    a.allocate(), a.allocate(), a.allocate()
+    a.free(2)
+    with pytest.raises(BlockError, match="double free: block 2"):   # handed out once, freed once
+        a.free(2)
+
+
+def test_numpy_integers_count_like_ints():
+    np = pytest.importorskip("numpy")
+    a = BlockAllocator(np.int64(3), free_order=np.array([2, 0, 1]))
+    assert a.num_blocks == 3 and type(a.num_blocks) is int and a.allocate() == 2
+    assert a.ref_count(np.int32(2)) == 1 and a.free(np.int64(2)) == 0
+    m = BlockSpaceManager(np.int64(4), np.int32(2))
+    t = m.allocate(np.int64(7), np.int64(3))            # a numpy seq id is the int 7
+    assert m.seq_ids == [7] and type(m.seq_ids[0]) is int and len(t) == 2 == blocks_needed(np.int64(3), 2)
+
+
 def test_shared_block_returns_to_free_list_only_at_zero():
     a = BlockAllocator(3)
     b = a.allocate()
@@ -143,7 +165,47 @@ def test_boundaries(prompt, blocks, last, new_blocks, where):
 
 
 def test_blocks_needed_is_a_ceiling():
-    assert [blocks_needed(n, 16) for n in (1, 15, 16, 17, 32, 33)] == [1, 1, 1, 2, 2, 3]
+    assert [blocks_needed(n, 16) for n in (0, 1, 15, 16, 17, 32, 33)] == [0, 1, 1, 1, 2, 2, 3]
+
+
+@pytest.mark.parametrize("tokens,bs,err,match", [
+    (10, 0, ConfigError, "block_size must be >= 1, got 0"), (10, -4, ConfigError, "got -4"),
+    (10, 2.0, ConfigError, "block_size must be an int, got 2.0"),
+    (-5, 4, BlockError, "num_tokens must be >= 0, got -5"),
+    (10.5, 4, BlockError, "num_tokens must be an int, got 10.5"), (True, 4, BlockError, "got True"),
+])
+def test_blocks_needed_rejects_bad_counts(tokens, bs, err, match):
+    with pytest.raises(err, match=match):
+        blocks_needed(tokens, bs)
+
+
+@pytest.mark.parametrize("args,err,match", [
+    ((4, [7, 1], 9), BlockError, "num_tokens=9 does not fit in 2 blocks x 4 slots = 8"),
+    ((4, [-3, 1], 5), BlockError, "block id must be >= 0, got -3"),
+    ((4, [7, 1.5], 5), BlockError, "block id must be an int, got 1.5"),
+    ((4, [7], -1), BlockError, "num_tokens must be >= 0, got -1"),
+    ((0, [7], 0), ConfigError, "block_size must be >= 1, got 0"),
+])
+def test_hand_built_block_table_is_validated(args, err, match):
+    with pytest.raises(err, match=match):
+        BlockTable(*args)
+
+
+def test_hand_built_table_with_a_reserved_empty_block():
+    t = BlockTable(4, [7, 1, 3], 4)               # blocks 1 and 3 reserved, still empty
+    assert [t.filled(i) for i in range(3)] == [4, 0, 0] and t.slot(4) == 4
+
+
+@pytest.mark.parametrize("bad", [["x"], {"x": 1}, 2.5, None, True])
+def test_sequence_ids_are_validated_the_same_everywhere(bad):
+    m = BlockSpaceManager(num_blocks=4, block_size=2)
+    m.allocate("s", 1)
+    calls = [lambda: m.allocate(bad, 1), lambda: m.free(bad), lambda: m.block_table(bad),
+             lambda: m.append_slot(bad), lambda: m.fork("s", bad), lambda: m.fork(bad, "t")]
+    for call in calls:
+        with pytest.raises(BlockError, match="sequence id must be a str or an int"):
+            call()
+    assert bad not in m and m.seq_ids == ["s"] and m.num_free_blocks == 3
 
 
 def test_no_block_is_taken_in_advance():

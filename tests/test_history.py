@@ -7,7 +7,7 @@ import json
 import pytest
 
 from paged_kv.blocks import BlockSpaceManager
-from paged_kv.errors import OutOfBlocksError
+from paged_kv.errors import BlockError, OutOfBlocksError
 from paged_kv.history import BlockHistory, paper_trace, snapshot
 
 
@@ -72,3 +72,11 @@ def test_a_failed_event_records_nothing():
     with pytest.raises(OutOfBlocksError):
         h.append("a", "z")
     assert len(h.snapshots) == n and "b" not in h.labels and len(h.labels["a"]) == 8
+
+
+@pytest.mark.parametrize("bad,match", [(-3, "must be >= 1, got -3"), (0, "got 0"), (2.7, "must be an int, got 2.7")])
+def test_bad_prompt_lengths_name_the_value(bad, match):
+    h = BlockHistory(BlockSpaceManager(4, 2))
+    with pytest.raises(BlockError, match=match):
+        h.allocate("a", bad)
+    assert len(h.snapshots) == 1 and h.manager.num_free_blocks == 4

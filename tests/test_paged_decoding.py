@@ -135,6 +135,14 @@ def test_budget_sizing(small_cfg):
     assert cache.k_cache[0].shape == (10, 16, small_cfg.num_kv_heads, small_cfg.head_dim)
     with pytest.raises(ConfigError, match="holds no block"):
         PagedKVCache.from_memory_budget(small_cfg, per_block - 1, 16, torch.float16)
+    # A float budget is refused for being a float, not reported as "too small" (1e6 holds blocks).
+    assert 10**6 >= per_block
+    for bad in (1e6, float(per_block), "1000000", True):
+        with pytest.raises(ConfigError, match="must be an int number of bytes") as e:
+            PagedKVCache.from_memory_budget(small_cfg, bad, 16, torch.float16)
+        assert "holds no block" not in str(e.value)
+    np = pytest.importorskip("numpy")
+    assert PagedKVCache.from_memory_budget(small_cfg, np.int64(3 * per_block), 16, torch.float16).num_blocks == 3
     with pytest.raises(ConfigError, match="num_blocks"):
         PagedKVCache(small_cfg, 0, 16)
 

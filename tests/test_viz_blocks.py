@@ -4,7 +4,7 @@ the real manager and the tiny model through the paged cache: its tokens must equ
 import pytest
 import torch
 
-from paged_kv.errors import OutOfBlocksError
+from paged_kv.errors import BlockError, OutOfBlocksError, PromptError
 from paged_kv.generate import generate
 from paged_kv.history import paper_trace
 from paged_kv.tokenizer import ByteTokenizer
@@ -109,3 +109,24 @@ def test_live_requests_wait_when_out_of_blocks(small_model):
     assert len(notes) == 2 and "waits" in notes[0]
     live.finish(0)
     assert live.step() == [] and live.manager.num_tokens(1) == 5
+
+
+@pytest.mark.parametrize("bad,match", [(-3, "must be >= 1, got -3"), (0, "got 0"), (2.7, "must be an int, got 2.7"),
+                                       (True, "must be an int"), ("", "has no tokens")])
+def test_live_requests_reject_bad_prompts_by_value(bad, match):
+    live = LiveRequests(None, None, num_blocks=4, block_size=2)
+    with pytest.raises(PromptError, match=match):
+        live.add(bad)
+    assert live.running == [] and live.manager.num_free_blocks == 4 and len(live.history.snapshots) == 1
+
+
+def test_live_requests_text_and_finish_of_unknown_request():
+    live = LiveRequests(None, None, num_blocks=4, block_size=2)
+    seq = live.add(3)
+    assert live.text(seq) == ""
+    for call in (live.text, live.finish):
+        with pytest.raises(BlockError, match=r"request 99 is not running \(running: \[0\]\)"):
+            call(99)
+    live.finish(seq)
+    with pytest.raises(BlockError, match="request 0 is not running"):
+        live.text(seq)

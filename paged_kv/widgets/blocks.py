@@ -18,8 +18,9 @@ from __future__ import annotations
 import torch
 
 from ..attention import AttentionMetadata
+from ..block_allocator import as_count
 from ..blocks import BlockSpaceManager
-from ..errors import PagedKVError, PromptError
+from ..errors import BlockError, PagedKVError, PromptError
 from ..formats import vllm_layout
 from ..history import BlockHistory
 
@@ -36,7 +37,9 @@ class LiveRequests:
 
     Raises:
         OutOfBlocksError: (from the manager) a prompt does not fit the free blocks; nothing changes.
-        PromptError: a prompt longer than the model's ``max_seq_len``.
+        PromptError: an empty prompt, a length that is not an int ``>= 1``, or a prompt longer
+            than the model's ``max_seq_len``.
+        BlockError: :meth:`text` or :meth:`finish` of a request that is not running.
     """
 
     def __init__(self, model=None, tokenizer=None, num_blocks: int = 24, block_size: int = 8,
@@ -69,8 +72,11 @@ class LiveRequests:
         if isinstance(prompt, str):
             ids = self.tokenizer.encode(prompt) if self.tokenizer is not None else [0] * len(prompt)
             labels = list(prompt) if self.tokenizer is None else [self._label(t) for t in ids]
+            if not ids:
+                raise PromptError(f"the prompt {prompt!r} has no tokens; a request needs >= 1")
         else:
-            ids, labels = [ord(" ")] * int(prompt), [""] * int(prompt)
+            n = as_count("a prompt length (tokens)", prompt, minimum=1, error=PromptError)
+            ids, labels = [ord(" ")] * n, [""] * n
         if self.model is not None and len(ids) >= self.model.cfg.max_seq_len:
             raise PromptError(f"a prompt of {len(ids)} tokens leaves no room below the model's "
                               f"max_seq_len {self.model.cfg.max_seq_len}")
@@ -106,13 +112,25 @@ class LiveRequests:
 
     def finish(self, seq: int) -> None:
         """The request is done: its blocks go back to the free list."""
+        self._running(seq)
         self.history.free(seq)
         self.pending.pop(seq, None)
         self.tokens.pop(seq, None)
 
     def text(self, seq: int) -> str:
+        """Prompt and generated text of running request ``seq`` (its pending token included)."""
+        seq = self._running(seq)
         toks = self.tokens[seq] + [self.pending[seq]]
         return self.tokenizer.decode(toks) if self.tokenizer is not None else ""
+
+    def _running(self, seq) -> int:
+        try:
+            running = not isinstance(seq, bool) and seq in self.tokens
+        except TypeError:           # unhashable, e.g. a list
+            running = False
+        if not running:
+            raise BlockError(f"request {seq!r} is not running (running: {self.running})")
+        return seq
 
     @torch.no_grad()
     def _forward(self, seqs: list[int], ids: list[list[int]], phase: str) -> list[int]:
