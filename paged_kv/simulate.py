@@ -74,16 +74,18 @@ class IterationTime:
         return self.base_s + self.per_kv_token_s * kv_tokens + self.per_prefill_token_s * prefill_tokens
 
     @classmethod
-    def roofline(cls, weight_bytes: float, kv_bytes_per_token: float, hbm_bytes_per_s: float,
-                 flops_per_s: float, efficiency: float = 1.0) -> "IterationTime":
+    def roofline(cls, weight_bytes: float, kv_bytes_per_token: float,
+                 hbm_bytes_per_s: float, flops_per_s: float,
+                 efficiency: float = 1.0) -> "IterationTime":
         """A memory-bound decode step: read every weight once and every cached K/V once;
-        prefill compute-bound at 2 FLOPs per parameter per token (fp16 weights: params = bytes / 2).
+        prefill compute-bound at 2 FLOPs per parameter per token (fp16: params = bytes / 2).
 
-        ``efficiency`` in (0, 1] scales the hardware peaks; 1 is the ideal, an optimistic bound.
+        ``efficiency`` in (0, 1] scales the hardware peaks; 1 is the ideal, an optimistic
+        bound.
 
         Raises:
-            ConfigError: a size, bandwidth or FLOP rate that is not a finite number > 0, or an
-                efficiency outside (0, 1].
+            ConfigError: a size, bandwidth or FLOP rate that is not a finite number > 0,
+                or an efficiency outside (0, 1].
         """
         w, kv, bw, fl = (real(n, v, 0.0, low_open=True) for n, v in (
             ("weight_bytes", weight_bytes), ("kv_bytes_per_token", kv_bytes_per_token),
