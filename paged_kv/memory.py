@@ -34,7 +34,8 @@ __all__ = [
     "GB", "GiB", "KV_DTYPES", "KVDType", "MODEL_PRESETS", "GPU_PRESETS", "PAPER_TABLE1", "GPUSpec",
     "MemoryPlan", "ModelSpec", "WEIGHT_DTYPE_BITS", "as_spec", "attention_variant", "format_bytes",
     "get_kv_dtype", "gpu_preset", "kv_bytes_per_token", "kv_cache_bytes", "kv_heads_per_gpu",
-    "kv_slots", "max_batch_size", "max_tokens", "model_preset", "plan_memory", "weights_bytes",
+    "kv_slots", "max_batch_size", "max_tokens", "model_preset", "plan_memory", "tokens_to_reach",
+    "weights_bytes",
 ]
 
 KiB, MiB, GiB = 2**10, 2**20, 2**30
@@ -217,6 +218,34 @@ def kv_cache_bytes(model, seq_len: int, batch_size: int,
     if spec.sliding_layers:
         tokens += spec.sliding_layers * min(seq_len, spec.sliding_window)
     return batch_size * tokens * per_layer
+
+
+def tokens_to_reach(model, nbytes: int, batch_size: int = 1, kv_dtype: str | KVDType = "fp16",
+                    *, tp: int = 1) -> int | None:
+    """The shortest context (tokens per sequence) at which the KV cache of ``batch_size``
+    sequences holds at least ``nbytes`` per GPU; ``None`` if it never does (every layer slides,
+    and the window caps the cache below ``nbytes``).  E.g. where the cache equals the weights.
+
+    Raises:
+        ConfigError: a negative ``nbytes``, ``batch_size < 1``, or an impossible ``tp``.
+    """
+    spec = as_spec(model)
+    nbytes = _check_count("nbytes", nbytes)
+    batch_size = _check_count("batch_size", batch_size, 1)
+    size = lambda t: kv_cache_bytes(spec, t, batch_size, kv_dtype, tp=tp)
+    full_layers = spec.num_layers - spec.sliding_layers
+    if full_layers:  # grows without bound: this many tokens on the full layers alone suffice
+        per_layer = kv_bytes_per_token_per_layer(spec, kv_dtype, tp=tp)
+        hi = -(-nbytes // (batch_size * full_layers * per_layer))
+    else:
+        hi = spec.sliding_window
+        if size(hi) < nbytes:
+            return None
+    lo = 0
+    while lo < hi:  # the cache grows monotonically with the context: bisect
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if size(mid) >= nbytes else (mid + 1, hi)
+    return lo
 
 
 def kv_slots(model, kv_bytes: int, kv_dtype: str | KVDType = "fp16", *, tp: int = 1) -> int:

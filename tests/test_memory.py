@@ -16,7 +16,7 @@ from paged_kv.errors import ConfigError, UnknownPresetError
 from paged_kv.memory import (GB, GiB, KVDType, PAPER_TABLE1, attention_variant, format_bytes,
                              get_kv_dtype, gpu_preset, kv_bytes_per_token, kv_cache_bytes,
                              kv_heads_per_gpu, kv_slots, max_batch_size, max_tokens, model_preset,
-                             plan_memory, weights_bytes)
+                             plan_memory, tokens_to_reach, weights_bytes)
 from paged_kv.presets import MODEL_PRESETS, ModelSpec
 
 
@@ -406,3 +406,20 @@ def test_format_bytes_auto_picks_a_readable_unit():
     assert format_bytes(6 * 2**20, "auto") == f"6.00 MiB ({6 * 2**20 / 10**6:.2f} MB)"
     assert format_bytes(3 * 2**10, "auto") == "3.00 KiB (3.07 KB)"
     assert format_bytes(160 * GiB, "auto") == format_bytes(160 * GiB) == "160.00 GiB (171.80 GB)"
+
+
+def test_tokens_to_reach_a_size():
+    # Llama-2-7B (MHA, no window): 2 x 32 layers x 32 heads x 128 x 2 B = 524,288 B per token
+    w = weights_bytes("Llama-2-7B")
+    assert tokens_to_reach("Llama-2-7B", w) == math.ceil(w / 524_288)
+    assert tokens_to_reach("Llama-2-7B", w, batch_size=8) == math.ceil(w / (8 * 524_288))
+    assert tokens_to_reach("Llama-2-7B", 0) == 0 and tokens_to_reach("Llama-2-7B", 1) == 1
+    # Mistral-7B: every layer slides over 4,096 tokens, 131,072 B per token: capped at 512 MiB
+    assert tokens_to_reach("Mistral-7B", 1000 * 131_072) == 1000
+    assert tokens_to_reach("Mistral-7B", 4096 * 131_072) == 4096
+    assert tokens_to_reach("Mistral-7B", 4096 * 131_072 + 1) is None
+    # Gemma-2-9B: 21 global + 21 sliding layers (4,096) of 2 x 8 x 256 x 2 B per token
+    per_layer, g = 8192, weights_bytes("Gemma-2-9B")
+    assert tokens_to_reach("Gemma-2-9B", g) == math.ceil(g / (21 * per_layer)) - 4096
+    with pytest.raises(ConfigError, match="batch_size"):
+        tokens_to_reach("Llama-2-7B", w, batch_size=0)
