@@ -34,35 +34,38 @@ def as_count(name: str, value, minimum: int = 0, error: type = ConfigError) -> i
 
 
 class BlockAllocator:
-    """Hands out physical block ids from a free list and counts how many block tables hold each.
+    """Hands out physical block ids from a free list; counts the block tables holding each.
 
     Args:
         num_blocks: blocks in the pool (NB), >= 1.
-        free_order: the initial order of the free list: a permutation of ``range(num_blocks)``.
-            Default ``0, 1, 2, ...``.  Which physical id a request gets depends only on this
-            order and on the sequence of ``allocate``/``free`` calls, so a trace (e.g. the
-            paper's Figures 6-7, where the first blocks handed out are 7, 1, 3, ...) replays
-            with the same ids given the same order.
+        free_order: the initial order of the free list, a permutation of
+            ``range(num_blocks)``; default ``0, 1, 2, ...``.  Which physical id a request
+            gets depends only on this order and on the sequence of ``allocate``/``free``
+            calls, so a trace (e.g. the paper's Figures 6-7, where the first blocks handed
+            out are 7, 1, 3, ...) replays with the same ids given the same order.
 
     **Why a FIFO free list (a ``deque``) with a ref-count array.**
-    ``allocate`` takes the id at the *head*; a block whose count drops to zero goes to the
-    *tail*.  Both are O(1), and a ref count lookup is an O(1) list index, which is all a decode
-    step needs (one allocation per sequence at most).  The alternatives cost more or say less:
-    scanning a bitmap for the lowest free id is O(NB) per allocation; a ``set`` has no order
-    a reader (or a test) can predict; a stack (vLLM v0's ``free_blocks.pop()``) hands the
-    block freed a moment ago straight back out.  FIFO is what vLLM v1 chose: with prefix
-    caching a freed block still holds valid K/V, and reusing the *least recently* freed block
-    first keeps recently freed contents around longest (LRU eviction).  vLLM v1 uses a doubly
-    linked list rather than a deque only because a cache hit must pull a block out of the
-    *middle* of the queue in O(1); we have no prefix cache, so a deque suffices.
+    ``allocate`` takes the id at the *head*; a block whose count drops to zero goes to
+    the *tail*.  Both are O(1), and a ref count lookup is an O(1) list index, which is
+    all a decode step needs (one allocation per sequence at most).  The alternatives
+    cost more or say less: scanning a bitmap for the lowest free id is O(NB) per
+    allocation; a ``set`` has no order a reader (or a test) can predict; a stack (vLLM
+    v0's ``free_blocks.pop()``) hands the block freed a moment ago straight back out.
+    FIFO is what vLLM v1 chose: with prefix caching a freed block still holds valid
+    K/V, and reusing the *least recently* freed block first keeps recently freed
+    contents around longest (LRU eviction).  vLLM v1 uses a doubly linked list rather
+    than a deque only because a cache hit must pull a block out of the *middle* of the
+    queue in O(1); we have no prefix cache, so a deque suffices.
 
-    Ref counts: ``allocate`` sets a block's count to 1; :meth:`share` adds a holder (a forked
-    sequence); :meth:`free` removes one.  A block is free exactly when its count is 0.
+    Ref counts: ``allocate`` sets a block's count to 1; :meth:`share` adds a holder (a
+    forked sequence); :meth:`free` removes one.  A block is free exactly when its count
+    is 0.
 
     Raises:
         ConfigError: ``num_blocks < 1`` or a ``free_order`` that is not a permutation.
         OutOfBlocksError: ``allocate`` with an empty free list (state unchanged).
-        BlockError: ``free``/``share`` of a free block or of an id outside the pool.
+        BlockError: ``free``/``share`` of a free block (never allocated, or freed
+            already) or of an id outside the pool.
     """
 
     def __init__(self, num_blocks: int, free_order: Iterable[int] | None = None) -> None:

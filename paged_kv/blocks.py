@@ -109,7 +109,8 @@ class BlockTable:
         return divmod(position, self.block_size)
 
     def slot(self, position: int) -> int:
-        """The physical slot of token ``position``: ``block_ids[logical] * block_size + offset``."""
+        """Physical slot of token ``position``:
+        ``block_ids[logical] * block_size + offset``."""
         logical, offset = self.locate(position)
         return self.block_ids[logical] * self.block_size + offset
 
@@ -223,11 +224,12 @@ class BlockSpaceManager:
         return self.blocks_to_append(seq_id) <= self.num_free_blocks
 
     def append_slot(self, seq_id) -> int:
-        """Make room for one decode token of ``seq_id``; returns the slot it is written to.
+        """Make room for one decode token of ``seq_id``; returns the slot it goes to.
 
-        A new block is taken only when the last one is full, never in advance.  If the last block
-        is shared (after a fork) and not full, it is copied first (copy-on-write): the sequence
-        gets a fresh block, and ``(src, dst)`` is queued for :meth:`take_copies`.
+        A new block is taken only when the last one is full, never in advance.  If the
+        last block is shared (after a fork) and not full, it is copied first
+        (copy-on-write): the sequence gets a fresh block, and ``(src, dst)`` is queued
+        for :meth:`take_copies`.
 
         Raises:
             OutOfBlocksError: a block is needed and none is free (nothing changes).
@@ -235,13 +237,14 @@ class BlockSpaceManager:
         table = self._table(seq_id)
         needed = self.blocks_to_append(seq_id)
         if needed > self.num_free_blocks:
-            raise OutOfBlocksError(needed, self.num_free_blocks, f"a decode token of sequence {seq_id!r}")
-        if table.num_tokens == len(table) * self.block_size:      # last block full: a new one
+            raise OutOfBlocksError(needed, self.num_free_blocks,
+                                   f"a decode token of sequence {seq_id!r}")
+        if table.num_tokens == len(table) * self.block_size:   # last block full: new one
             table.block_ids.append(self.allocator.allocate())
-        elif needed:                                               # shared and partly filled: copy
+        elif needed:                                   # shared and partly filled: copy it
             src = table.block_ids[-1]
             dst = self.allocator.allocate()
-            self.allocator.free(src)                               # one holder fewer, never 0 here
+            self.allocator.free(src)                   # one holder fewer, never 0 here
             table.block_ids[-1] = dst
             self._copies.append((src, dst))
         table.num_tokens += 1

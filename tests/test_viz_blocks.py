@@ -8,7 +8,7 @@ from paged_kv.errors import BlockError, OutOfBlocksError, PromptError
 from paged_kv.generate import generate
 from paged_kv.history import paper_trace
 from paged_kv.tokenizer import ByteTokenizer
-from paged_kv.viz.blocks import block_traces, blocks_figure, refresh_blocks_figure, seq_order
+from paged_kv.viz.blocks import block_size_figure, block_traces, blocks_figure, refresh_blocks_figure, seq_order
 from paged_kv.widgets.blocks import LiveRequests, block_panel
 
 
@@ -130,3 +130,28 @@ def test_live_requests_text_and_finish_of_unknown_request():
     live.finish(seq)
     with pytest.raises(BlockError, match="request 0 is not running"):
         live.text(seq)
+
+
+def test_panel_titles_sit_over_their_own_panels():
+    """At narrow widths centred titles of the 0.66/0.34 columns ran into each other: each title is
+    now left-aligned at the start of its own panel, in short lines."""
+    import re
+
+    fig = blocks_figure(paper_trace().snapshots)
+    left, right = fig.layout.annotations[:2]
+    assert (left.xanchor, right.xanchor) == ("left", "left")
+    assert left.x == fig.layout.xaxis.domain[0] and right.x == fig.layout.xaxis2.domain[0]
+    for note in (left, right):
+        assert max(len(re.sub("<[^>]+>", "", line)) for line in note.text.split("<br>")) <= 20
+
+
+def test_block_size_figure_has_one_labelled_axis_per_quantity():
+    sizes, share, entries = [1, 2, 4, 16], [0.0, 0.1, 0.3, 1.5], [487.0, 244.0, 122.0, 31.0]
+    fig = block_size_figure(sizes, share, entries)
+    waste, table = fig.data
+    assert list(waste.y) == share and list(table.y) == entries
+    assert waste.yaxis == "y" and table.yaxis == "y2"                 # two axes, not one "value"
+    assert fig.layout.yaxis.type in (None, "linear") and fig.layout.yaxis.rangemode == "tozero"   # 0 shows
+    assert fig.layout.yaxis2.type == "log"
+    assert "%" in fig.layout.yaxis.title.text and "entries" in fig.layout.yaxis2.title.text
+    assert fig.layout.xaxis.type == "log" and list(fig.layout.xaxis2.tickvals) == sizes

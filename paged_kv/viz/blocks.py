@@ -10,7 +10,8 @@ block table, logical block -> physical id.
 Pure functions of :class:`~paged_kv.history.Snapshot` lists: :func:`blocks_figure` replays a
 whole history with plotly frames and a slider (works in the static book with no kernel);
 :func:`block_traces` gives one snapshot's traces, which the live widget writes into a
-``FigureWidget`` in place.
+``FigureWidget`` in place.  :func:`block_size_figure` draws the block-size trade-off (waste
+vs table size) from measured numbers.
 """
 
 from __future__ import annotations
@@ -22,6 +23,10 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from . import COLORS, FREE_COLOR
+
+# Subplot titles of blocks_figure: two short lines each, anchored at the left edge of their own
+# panel, so they cannot run into each other however narrow the page is.
+PANEL_TITLES = ("<b>physical KV blocks</b><br>id ×ref count", "<b>block tables</b><br>logical → physical")
 
 MAX_ROWS = 16   # blocks per column of the pool grid before it wraps into another column
 
@@ -134,7 +139,7 @@ def _caption(snap) -> str:
     used, nb = snap.used_blocks, snap.num_blocks
     what = snap.event.text or "start: every block is free"
     return (f"step {snap.step}: {what}<br><sup>{used}/{nb} blocks used, {snap.wasted_slots} reserved "
-            f"slots empty · full colour: a stored token, pale: reserved and empty, grey: free</sup>")
+            f"slots empty<br>full colour: a stored token, pale: reserved and empty, grey: free</sup>")
 
 
 def _frame_layout(fig, snapshots: Sequence, shown, title: str) -> tuple[list, int]:
@@ -143,7 +148,8 @@ def _frame_layout(fig, snapshots: Sequence, shown, title: str) -> tuple[list, in
     max_logical = max([len(t) for s in snapshots for t in s.tables.values()] + [1])
     rows, cols, width, _ = _grid(shown.num_blocks, shown.block_size)
     head = f"{title}<br>" if title else ""
-    fig.update_layout(title=dict(text=head + _caption(shown), x=0.01, font=dict(size=14)))
+    fig.update_layout(title=dict(text=head + _caption(shown), x=0.01, font=dict(size=14), yref="container",
+                                 y=1, yanchor="top", pad=dict(t=12)))
     fig.update_xaxes(row=1, col=1, visible=False, range=[-0.5, cols * width - 1.5])
     fig.update_yaxes(row=1, col=1, visible=False, autorange="reversed")
     fig.update_xaxes(row=1, col=2, title_text="logical block", dtick=1, range=[-0.5, max_logical - 0.5],
@@ -171,11 +177,14 @@ def blocks_figure(snapshots: Sequence, title: str = "", active: int | None = Non
     shown = snapshots[active]
     rows = _grid(shown.num_blocks, shown.block_size)[0]
     fig = make_subplots(rows=1, cols=2, column_widths=[0.66, 0.34], horizontal_spacing=0.08,
-                        subplot_titles=("physical KV blocks (id ×ref count)", "block tables: logical → physical"))
+                        subplot_titles=PANEL_TITLES)
+    for note, axis in zip(fig.layout.annotations, ("x", "x2")):   # left-align over each panel
+        note.update(x=fig.layout["xaxis" if axis == "x" else "xaxis2"].domain[0], xanchor="left",
+                    align="left", font=dict(size=12))
     order, max_logical = _frame_layout(fig, snapshots, shown, title)
     for i, trace in enumerate(block_traces(shown, order, max_logical)):
         fig.add_trace(trace, row=1, col=1 if i < 2 else 2)
-    fig.update_layout(height=height or max(340, 34 * rows + 190), margin=dict(l=20, r=20, t=110, b=60),
+    fig.update_layout(height=height or max(360, 34 * rows + 210), margin=dict(l=20, r=20, t=125, b=60),
                       plot_bgcolor="white", showlegend=False)
     if replay and len(snapshots) > 1:
         head = f"{title}<br>" if title else ""
@@ -185,7 +194,7 @@ def blocks_figure(snapshots: Sequence, title: str = "", active: int | None = Non
                       args=[[str(s.step)], dict(mode="immediate", frame=dict(duration=0, redraw=True),
                                                 transition=dict(duration=0))]) for s in snapshots]
         fig.update_layout(sliders=[dict(active=active, steps=steps, x=0.08, len=0.9, y=0, yanchor="top",
-                                        currentvalue=dict(prefix="step "), pad=dict(t=30))],
+                                        currentvalue=dict(prefix="step ", xanchor="right"), pad=dict(t=30))],
                           updatemenus=[dict(type="buttons", showactive=False, x=0, y=0, xanchor="left",
                                             yanchor="top", pad=dict(t=30), buttons=[dict(
                                                 label="▶", method="animate",
@@ -202,3 +211,40 @@ def refresh_blocks_figure(fig, snapshots: Sequence, title: str = "") -> None:
         order, max_logical = _frame_layout(fig, snapshots, snapshots[-1], title)
         for old, new in zip(fig.data, block_traces(snapshots[-1], order, max_logical)):
             old.update(new.to_plotly_json())
+
+
+def block_size_figure(sizes: Sequence[int], empty_share: Sequence[float], table_entries: Sequence[float],
+                      title: str = "Block size: memory wasted vs block-table size") -> go.Figure:
+    """The block-size trade-off in two stacked panels sharing a log block-size axis.
+
+    Args:
+        sizes: block sizes (tokens), e.g. ``[1, 2, 4, ..., 256]``.
+        empty_share: per size, reserved-but-empty slots as a percentage of reserved slots
+            (0 at block size 1, so its axis is linear).
+        table_entries: per size, mean block-table entries per sequence (always >= 1, spanning
+            orders of magnitude, so its axis is logarithmic).
+
+    Two panels, not one axis, because a percentage and a count share no unit.
+    """
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.12,
+                        subplot_titles=("<b>memory wasted</b>: empty slots, % of reserved",
+                                        "<b>table size</b>: block-table entries per sequence"))
+    for note in fig.layout.annotations:
+        note.update(x=0, xanchor="left", align="left", font=dict(size=12))
+    fig.add_trace(go.Scatter(x=list(sizes), y=list(empty_share), mode="lines+markers", name="empty slots (%)",
+                             line=dict(color=COLORS[0]), hovertemplate="BS=%{x}: %{y:.2f}% empty<extra></extra>"),
+                  row=1, col=1)
+    fig.add_trace(go.Scatter(x=list(sizes), y=list(table_entries), mode="lines+markers", name="table entries",
+                             line=dict(color=COLORS[1]),
+                             hovertemplate="BS=%{x}: %{y:.1f} entries per sequence<extra></extra>"),
+                  row=2, col=1)
+    fig.update_xaxes(type="log", tickvals=list(sizes), ticktext=[str(x) for x in sizes])
+    fig.update_xaxes(title_text="block size (tokens per block, log scale)", row=2, col=1)
+    fig.update_yaxes(title_text="% of reserved slots", rangemode="tozero", row=1, col=1)
+    fig.update_yaxes(title_text="entries (log scale)", type="log", row=2, col=1,
+                     tickvals=[1, 3, 10, 30, 100, 300, 1000, 3000, 10000])
+    fig.update_layout(title=dict(text=title, x=0.01, font=dict(size=14)), height=560, showlegend=False,
+                      margin=dict(l=70, r=20, t=90, b=60), plot_bgcolor="white")
+    fig.update_xaxes(showgrid=True, gridcolor="#e5e5e5")
+    fig.update_yaxes(showgrid=True, gridcolor="#e5e5e5")
+    return fig
