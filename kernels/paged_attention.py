@@ -68,8 +68,12 @@ def gather_kv(k_cache, v_cache, block_tables, seq_lens):
 def paged_decode_attention_reference(q, k_cache, v_cache, block_tables, seq_lens, scale=None):
     """One decode step over a paged cache in plain PyTorch (fp32 math, cast back to ``q.dtype``).
 
-    Args and returns as :func:`paged_decode_attention` (no checks, no splits).
+    Args, returns and the block-table checks as :func:`paged_decode_attention` (no splits, any
+    dtype): a used block id outside the pool raises ``CacheError`` rather than reading (or,
+    for a negative id, wrapping around to) another block.  The torch backend of
+    :class:`paged_kv.paged_cache.PagedKVCache` reads through this.
     """
+    check_block_tables(block_tables, seq_lens, k_cache.shape[0], k_cache.shape[1], q.shape[0], q.device)
     k, v = gather_kv(k_cache, v_cache, block_tables, seq_lens)
     return decode_attention_reference(q, k, v, seq_lens, scale)
 

@@ -228,3 +228,13 @@ def test_table_without_columns_raises_tensor_error():
     q, k, v, _, lens = _args()
     with pytest.raises(TensorError, match="0 columns"):
         paged_decode_attention(q, k, v, torch.zeros(2, 0, dtype=torch.int32), lens)
+
+
+@pytest.mark.parametrize("bad_id", [-1, 3])
+def test_reference_checks_block_ids_like_the_kernel(bad_id):
+    """The torch backend reads through the reference: a negative id must not wrap to the last block."""
+    q, k, v, _, lens = _args()
+    tables = torch.tensor([[0, bad_id], [2, 0]], dtype=torch.int32)
+    for attend in (paged_decode_attention, paged_decode_attention_reference):
+        with pytest.raises(CacheError, match=f"block id {bad_id}"):
+            attend(q, k, v, tables, lens)
