@@ -1,4 +1,4 @@
-"""Argument checks shared by the memory simulator's modules (traces, policies, simulate, paper_setup).
+"""Argument checks shared by the package (memory ledger, block bookkeeping, simulator).
 
 Counts accept Python ints and numpy integers (``operator.index``) and reject bools, floats and
 strings; real numbers accept ints and floats (numpy's too) and reject bools, strings, NaN and
@@ -17,20 +17,24 @@ import numpy as np
 from .errors import ConfigError
 
 
-def count(name: str, value, minimum: int = 1) -> int:
-    """``value`` as an int ``>= minimum``.
+def count(name: str, value, minimum: int = 1, error: type = ConfigError) -> int:
+    """``value`` as a Python int ``>= minimum``.
+
+    Python and numpy integers pass (``operator.index``); bools, floats (even ``2.0``) and other
+    types do not: a count of tokens, blocks or bytes is a whole number, and a silent ``int()``
+    would turn ``2.7`` tokens into 2.
 
     Raises:
-        ConfigError: a bool, a float, a non-number, or an int below ``minimum``.
+        ``error`` (default ConfigError): a bool, a float, a non-number, or an int below ``minimum``.
     """
     if isinstance(value, (bool, np.bool_)):
-        raise ConfigError(f"{name} must be an int >= {minimum}, got the bool {value!r}")
+        raise error(f"{name} must be an int >= {minimum}, got {value!r} (a bool)")
     try:
         v = operator.index(value)
     except TypeError:
-        raise ConfigError(f"{name} must be an int >= {minimum}, got {value!r}") from None
+        raise error(f"{name} must be an int >= {minimum}, got {value!r} ({type(value).__name__})") from None
     if v < minimum:
-        raise ConfigError(f"{name} must be an int >= {minimum}, got {v}")
+        raise error(f"{name} must be an int >= {minimum}, got {v}")
     return int(v)
 
 

@@ -12,25 +12,14 @@ import operator
 from collections import deque
 from typing import Iterable
 
+from ._validate import count
 from .errors import BlockError, ConfigError, OutOfBlocksError
 
 
 def as_count(name: str, value, minimum: int = 0, error: type = ConfigError) -> int:
-    """``value`` as a Python int ``>= minimum``, or raise ``error`` naming it.
-
-    Python and numpy integers pass (``operator.index``); bools, floats (even ``2.0``) and other
-    types do not: a count of tokens, blocks or bytes is a whole number, and a silent ``int()``
-    would turn ``2.7`` tokens into 2.  Shared by the block bookkeeping and the paged cache.
-    """
-    if isinstance(value, bool):
-        raise error(f"{name} must be an int, got {value!r}")
-    try:
-        n = operator.index(value)
-    except TypeError:
-        raise error(f"{name} must be an int, got {value!r} ({type(value).__name__})") from None
-    if n < minimum:
-        raise error(f"{name} must be >= {minimum}, got {n}")
-    return n
+    """``value`` as a Python int ``>= minimum``, or raise ``error`` naming it (one shared rule:
+    :func:`paged_kv._validate.count`). Used by the block bookkeeping and the paged cache."""
+    return count(name, value, minimum, error)
 
 
 class BlockAllocator:

@@ -19,9 +19,9 @@ Colab's T4), because the driver keeps some for itself.
 from __future__ import annotations
 
 import dataclasses
-import operator
 from dataclasses import dataclass
 
+from ._validate import count
 from .errors import ConfigError, UnknownPresetError
 
 MiB = 2**20
@@ -31,21 +31,8 @@ WEIGHT_DTYPE_BITS = {"fp32": 32, "fp16": 16, "bf16": 16, "fp8": 8, "int8": 8, "i
 
 
 def as_count(name: str, value, minimum: int = 0) -> int:
-    """``value`` as a Python ``int`` >= ``minimum``: ints and numpy integers are accepted
-    (``operator.index``), bools, floats and strings are not.
-
-    Raises:
-        ConfigError: naming ``name`` and the bad value.
-    """
-    try:
-        if isinstance(value, bool):
-            raise TypeError
-        count = operator.index(value)  # numpy's bool_ refuses this too
-    except TypeError:
-        raise ConfigError(f"{name} must be an int >= {minimum}, got {value!r}") from None
-    if count < minimum:
-        raise ConfigError(f"{name} must be an int >= {minimum}, got {value!r}")
-    return count
+    """``value`` as a Python ``int`` >= ``minimum`` (see :func:`paged_kv._validate.count`)."""
+    return count(name, value, minimum)
 
 
 def weights_dtype_name(name) -> str:

@@ -169,10 +169,10 @@ def test_blocks_needed_is_a_ceiling():
 
 
 @pytest.mark.parametrize("tokens,bs,err,match", [
-    (10, 0, ConfigError, "block_size must be >= 1, got 0"), (10, -4, ConfigError, "got -4"),
-    (10, 2.0, ConfigError, "block_size must be an int, got 2.0"),
-    (-5, 4, BlockError, "num_tokens must be >= 0, got -5"),
-    (10.5, 4, BlockError, "num_tokens must be an int, got 10.5"), (True, 4, BlockError, "got True"),
+    (10, 0, ConfigError, "block_size must be an int >= 1, got 0"), (10, -4, ConfigError, "got -4"),
+    (10, 2.0, ConfigError, "block_size must be an int >= \\d+, got 2.0"),
+    (-5, 4, BlockError, "num_tokens must be an int >= 0, got -5"),
+    (10.5, 4, BlockError, "num_tokens must be an int >= \\d+, got 10.5"), (True, 4, BlockError, "got True"),
 ])
 def test_blocks_needed_rejects_bad_counts(tokens, bs, err, match):
     with pytest.raises(err, match=match):
@@ -181,10 +181,10 @@ def test_blocks_needed_rejects_bad_counts(tokens, bs, err, match):
 
 @pytest.mark.parametrize("args,err,match", [
     ((4, [7, 1], 9), BlockError, "num_tokens=9 does not fit in 2 blocks x 4 slots = 8"),
-    ((4, [-3, 1], 5), BlockError, "block id must be >= 0, got -3"),
-    ((4, [7, 1.5], 5), BlockError, "block id must be an int, got 1.5"),
-    ((4, [7], -1), BlockError, "num_tokens must be >= 0, got -1"),
-    ((0, [7], 0), ConfigError, "block_size must be >= 1, got 0"),
+    ((4, [-3, 1], 5), BlockError, "block id must be an int >= 0, got -3"),
+    ((4, [7, 1.5], 5), BlockError, "block id must be an int >= \\d+, got 1.5"),
+    ((4, [7], -1), BlockError, "num_tokens must be an int >= 0, got -1"),
+    ((0, [7], 0), ConfigError, "block_size must be an int >= 1, got 0"),
 ])
 def test_hand_built_block_table_is_validated(args, err, match):
     with pytest.raises(err, match=match):
