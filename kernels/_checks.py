@@ -1,9 +1,8 @@
 """Input checks shared by the kernels' host wrappers. Each failure names the bad value."""
 
-import operator
-
 import torch
 
+from paged_kv._validate import count
 from paged_kv.errors import ConfigError, TensorError
 
 from ._runtime import check_kernel_dtype
@@ -30,14 +29,7 @@ def check_tuning(name: str, value, minimum: int = 1, power_of_two: bool = False,
     bools, floats and other types do not.  ``minimum``: the smallest allowed value (16 for a
     tile that feeds ``tl.dot``); ``power_of_two``: ``tl.arange`` needs a power-of-two length.
     """
-    if isinstance(value, bool):
-        raise error(f"{name} must be an int, got {value!r}")
-    try:
-        n = operator.index(value)
-    except TypeError:
-        raise error(f"{name} must be an int, got {value!r} ({type(value).__name__})") from None
-    if n < minimum:
-        raise error(f"{name} must be >= {minimum}, got {n}")
+    n = count(name, value, minimum, error)
     if power_of_two and n & (n - 1):
         raise error(f"{name} must be a power of two (e.g. 16, 32, 64), got {n}")
     return n

@@ -141,10 +141,10 @@ def test_reference_validates_slots_like_the_kernel():
 
 def test_zero_sized_heads_raise_tensor_error():
     z = torch.zeros(2, 2, 0)
-    with pytest.raises(TensorError, match="head_dim D must be >= 1, got 0"):
+    with pytest.raises(TensorError, match="head_dim D must be an int >= 1, got 0"):
         store_kv(z, z, torch.zeros(3, 4, 2, 0), torch.zeros(3, 4, 2, 0), torch.tensor([0, 1]))
     z = torch.zeros(2, 0, 4)
-    with pytest.raises(TensorError, match="num_kv_heads Hkv must be >= 1, got 0"):
+    with pytest.raises(TensorError, match="num_kv_heads Hkv must be an int >= 1, got 0"):
         store_kv(z, z, torch.zeros(3, 4, 0, 4), torch.zeros(3, 4, 0, 4), torch.tensor([0, 1]))
 
 

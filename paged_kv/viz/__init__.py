@@ -74,3 +74,21 @@ def line_figure(x, series: dict, title: str, xaxis: str, yaxis: str, log_y: bool
     if log_y:
         fig.update_yaxes(type="log")
     return fig
+
+
+def add_replay_controls(fig: go.Figure, steps: list, active: int, currentvalue: dict,
+                        frame_ms: int, slider: dict | None = None, pad_top: int = 30) -> go.Figure:
+    """Give a figure with frames the book's replay controls: a slider over ``steps`` (plotly
+    slider steps) starting at ``active``, and a play button. Works in a static page (no kernel).
+
+    ``currentvalue``: the slider's label settings; ``slider``: extra slider layout (x, len, pad).
+    """
+    fig.update_layout(
+        sliders=[dict(active=active, steps=steps, y=0, yanchor="top", currentvalue=currentvalue,
+                      **{"x": 0, "len": 1, "pad": dict(t=pad_top), **(slider or {})})],
+        updatemenus=[dict(type="buttons", showactive=False, x=0, y=0, xanchor="left", yanchor="top",
+                          pad=dict(t=pad_top), buttons=[dict(
+                              label="▶", method="animate",
+                              args=[None, dict(frame=dict(duration=frame_ms, redraw=True),
+                                               fromcurrent=True, mode="immediate")])])])
+    return fig

@@ -22,7 +22,7 @@ from typing import Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from . import COLORS, FREE_COLOR
+from . import COLORS, FREE_COLOR, add_replay_controls
 
 # Subplot titles of blocks_figure: two short lines each, anchored at the left edge of their own
 # panel, so they cannot run into each other however narrow the page is.
@@ -193,13 +193,8 @@ def blocks_figure(snapshots: Sequence, title: str = "", active: int | None = Non
         steps = [dict(method="animate", label=str(s.step),
                       args=[[str(s.step)], dict(mode="immediate", frame=dict(duration=0, redraw=True),
                                                 transition=dict(duration=0))]) for s in snapshots]
-        fig.update_layout(sliders=[dict(active=active, steps=steps, x=0.08, len=0.9, y=0, yanchor="top",
-                                        currentvalue=dict(prefix="step ", xanchor="right"), pad=dict(t=30))],
-                          updatemenus=[dict(type="buttons", showactive=False, x=0, y=0, xanchor="left",
-                                            yanchor="top", pad=dict(t=30), buttons=[dict(
-                                                label="▶", method="animate",
-                                                args=[None, dict(frame=dict(duration=900, redraw=True),
-                                                                 fromcurrent=True, mode="immediate")])])])
+        add_replay_controls(fig, steps, active, currentvalue=dict(prefix="step ", xanchor="right"),
+                            frame_ms=900, slider=dict(x=0.08, len=0.9))
     return fig
 
 

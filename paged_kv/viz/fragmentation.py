@@ -21,7 +21,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from ..errors import ConfigError
-from . import COLORS, FREE_COLOR
+from . import COLORS, FREE_COLOR, add_replay_controls
 
 CATEGORY_LABELS = {"token_states": "token states", "reserved": "reserved (future tokens)",
                    "internal": "internal fragmentation", "external": "external fragmentation",
@@ -145,13 +145,8 @@ def strip_figure(runs: Mapping[str, Sequence], title: str = "", max_bins: int = 
         steps = [dict(method="animate", label=f"{first[i].time_s:.0f}",
                       args=[[str(i)], dict(mode="immediate", frame=dict(duration=0, redraw=True),
                                            transition=dict(duration=0))]) for i in range(n)]
-        fig.update_layout(sliders=[dict(active=active, steps=steps, x=0, len=1, y=0, yanchor="top",
-                                        currentvalue=dict(prefix="t (s) = "), pad=dict(t=40, l=60))],
-                          updatemenus=[dict(type="buttons", showactive=False, x=0, y=0, xanchor="left",
-                                            yanchor="top", pad=dict(t=40), buttons=[dict(
-                                                label="▶", method="animate",
-                                                args=[None, dict(frame=dict(duration=400, redraw=True),
-                                                                 fromcurrent=True, mode="immediate")])])])
+        add_replay_controls(fig, steps, active, currentvalue=dict(prefix="t (s) = "), frame_ms=400,
+                            slider=dict(pad=dict(t=40, l=60)), pad_top=40)
     return fig
 
 

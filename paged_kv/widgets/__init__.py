@@ -12,7 +12,27 @@ from IPython.display import Markdown, display
 
 from ..viz import in_colab, is_static_build
 
-__all__ = ["in_colab", "is_static_build", "show_live"]
+__all__ = ["figure_widget_or_output", "in_colab", "is_static_build", "show_live"]
+
+
+def figure_widget_or_output(fig, use_figure_widget: bool | None = None):
+    """``(figure, output)`` for a live panel: a ``go.FigureWidget`` updated in place, or, where
+    FigureWidget cannot run (plotly >= 6 needs anywidget), the plain figure and an
+    ``ipywidgets.Output`` to redraw it into (``output`` is then not ``None``).
+
+    ``use_figure_widget``: ``None`` tries and falls back, ``True`` requires it (re-raising its
+    error), ``False`` always redraws into an Output.
+    """
+    import ipywidgets as w
+    import plotly.graph_objects as go
+
+    if use_figure_widget is not False:
+        try:
+            return go.FigureWidget(fig), None
+        except Exception:
+            if use_figure_widget:
+                raise
+    return fig, w.Output()
 
 
 def show_live(panel, what: str = "This panel") -> bool:

@@ -168,7 +168,8 @@ def block_panel(model=None, tokenizer=None, num_blocks: int = 24, block_size: in
     The panel's ``.live`` attribute is the :class:`LiveRequests` it drives.
     """
     import ipywidgets as w
-    import plotly.graph_objects as go
+
+    from . import figure_widget_or_output
     from IPython.display import display
 
     from ..viz.blocks import blocks_figure, refresh_blocks_figure
@@ -180,15 +181,7 @@ def block_panel(model=None, tokenizer=None, num_blocks: int = 24, block_size: in
     live = LiveRequests(model, tokenizer, num_blocks, block_size)
     title = f"{num_blocks} blocks × {block_size} slots"
     fig = blocks_figure(live.history.snapshots, title=title, replay=False)
-    out = None
-    if use_figure_widget is not False:
-        try:
-            fig = go.FigureWidget(fig)
-        except Exception:   # plotly's FigureWidget needs anywidget; fall back to redrawing
-            if use_figure_widget:
-                raise
-    if not isinstance(fig, go.FigureWidget):
-        out = w.Output()
+    fig, out = figure_widget_or_output(fig, use_figure_widget)
 
     prompt = w.Text(value="To be, or not to be", description="prompt", layout=w.Layout(width="320px"))
     length = w.BoundedIntText(value=12, min=1, max=num_blocks * block_size, description="or length",

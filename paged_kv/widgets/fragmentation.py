@@ -37,7 +37,8 @@ def strip_panel(setup: ServingSetup = PAPER_SETUP, num_requests: int = 300, fram
     ``use_figure_widget``: ``None`` tries ``go.FigureWidget`` and falls back to redrawing into
     an ``Output``; ``False`` always redraws; ``True`` raises if FigureWidget is unavailable."""
     import ipywidgets as w
-    import plotly.graph_objects as go
+
+    from . import figure_widget_or_output
     from IPython.display import display
 
     from ..viz.fragmentation import refresh_strip, strip_figure
@@ -68,15 +69,7 @@ def strip_panel(setup: ServingSetup = PAPER_SETUP, num_requests: int = 300, fram
     simulate_now()
     title = f"{setup.model}: {setup.pool_slots:,} KV slots"
     fig = strip_figure(state["runs"], title=title, active=when.value, replay=False)
-    out = None
-    if use_figure_widget is not False:
-        try:
-            fig = go.FigureWidget(fig)
-        except Exception:  # plotly's FigureWidget needs anywidget; fall back to redrawing
-            if use_figure_widget:
-                raise
-    if not isinstance(fig, go.FigureWidget):
-        out = w.Output()
+    fig, out = figure_widget_or_output(fig, use_figure_widget)
 
     def redraw() -> None:
         i = min(when.value, len(state["res"].layouts) - 1)
