@@ -114,8 +114,12 @@ class ContiguousDecoder:
         return self.model(ids, meta, self.cache, self.backend)[:, 0]
 
 
-def make_decoder(model: TinyLlama, cache: str, backend: str, prompts: list[list[int]], max_new_tokens: int):
-    """The decoder object for a cache mode (a small strategy object with prefill/decode)."""
+def make_decoder(model: TinyLlama, cache: str, backend: str, prompts: list[list[int]], max_new_tokens: int,
+                 block_size: int = 16):
+    """The decoder object for a cache mode (a small strategy object with prefill/decode).
+
+    ``block_size`` (tokens per block) is used by ``cache="paged"`` only.
+    """
     if cache == "recompute":
         return RecomputeDecoder(model, backend)
     if cache == "contiguous":
@@ -123,7 +127,7 @@ def make_decoder(model: TinyLlama, cache: str, backend: str, prompts: list[list[
     if cache == "paged":
         from .paged_decoding import PagedDecoder  # chapter 5
 
-        return PagedDecoder(model, backend, prompts, max_new_tokens)
+        return PagedDecoder(model, backend, prompts, max_new_tokens, block_size=block_size)
     raise ConfigError(f"cache must be one of {CACHE_MODES}, got {cache!r}")
 
 
@@ -165,7 +169,8 @@ def generate(model: TinyLlama, prompts: Sequence[Sequence[int]], max_new_tokens:
              cache: str = "contiguous", sampling: SamplingParams | None = None,
              generator: torch.Generator | None = None, backend: str = "torch",
              keep_logits: bool = False,
-             on_step: Callable[[int, object], None] | None = None) -> GenerationResult:
+             on_step: Callable[[int, object], None] | None = None,
+             block_size: int = 16) -> GenerationResult:
     """Decode ``max_new_tokens`` tokens after each prompt.
 
     Args:
@@ -177,6 +182,7 @@ def generate(model: TinyLlama, prompts: Sequence[Sequence[int]], max_new_tokens:
         backend: ``"torch"`` or ``"triton"`` attention.
         keep_logits: return the ``[steps, B, V]`` logits as well.
         on_step: called as ``on_step(step, decoder)`` after each step (widgets use it).
+        block_size: tokens per block for ``cache="paged"`` (vLLM's default, 16); ignored otherwise.
 
     Raises:
         PromptError: empty prompt list or prompt, bad token ids, too long for ``max_seq_len``.
@@ -189,7 +195,7 @@ def generate(model: TinyLlama, prompts: Sequence[Sequence[int]], max_new_tokens:
         raise ConfigError(f"sampling must be a SamplingParams, got {type(sampling).__name__}: {sampling!r:.60}")
     if not sampling.greedy and generator is None:  # fail before any work, not at step 0
         raise ConfigError("sampling with temperature > 0 needs an explicit torch.Generator")
-    decoder = make_decoder(model, cache, backend, prompts, max_new_tokens)
+    decoder = make_decoder(model, cache, backend, prompts, max_new_tokens, block_size)
     sync = torch.cuda.synchronize if model.device.type == "cuda" else (lambda: None)
     tokens: list[list[int]] = [[] for _ in prompts]
     kept, times = [], []

@@ -128,3 +128,17 @@ def test_sampling_params_reject_wrong_types(bad):
 def test_sampling_must_be_sampling_params(small_model):
     with pytest.raises(ConfigError, match="SamplingParams"):
         generate(small_model, [[1]], 2, sampling={"temperature": 0.5})
+
+
+@pytest.mark.parametrize("block_size", [1, 4, 32])
+def test_paged_block_size_is_passed_through(small_model, block_size):
+    seen = []
+    res = generate(small_model, PROMPTS, 6, cache="paged", block_size=block_size,
+                   on_step=lambda step, dec: seen.append(dec.block_size))
+    assert set(seen) == {block_size}
+    assert res.tokens == generate(small_model, PROMPTS, 6, cache="contiguous").tokens
+
+
+def test_paged_block_size_is_validated(small_model):
+    with pytest.raises(ConfigError, match="block_size"):
+        generate(small_model, PROMPTS, 3, cache="paged", block_size=0)
