@@ -61,7 +61,7 @@ bench: $(STAMP)
 	$(BIN)/python -m kernels.bench
 
 train: $(STAMP)
-	$(BIN)/python scripts/train_tiny.py --data ../shared/data/tinyshakespeare.txt --out paged_kv/weights
+	$(BIN)/python scripts/train_tiny.py --data ../shared/data/tinyshakespeare.txt --out paged_kv/model/weights
 
 clean:
 	rm -rf _build _assets/mathjax

@@ -2,7 +2,7 @@
 
 Usage: ``python benchmarks/simulate_bench.py [--requests 10000] [--rate 2.0] [--repeat 3]``
 
-The set-up is :data:`paged_kv.paper_setup.PAPER_SETUP` (OPT-13B, 12 GiB of KV = 15,728 slots,
+The set-up is :data:`paged_kv.sim.PAPER_SETUP` (OPT-13B, 12 GiB of KV = 15,728 slots,
 max length 2048, ShareGPT-like lengths at 2 req/s).  Prints, per policy, the best of ``repeat``
 wall-clock times, simulated requests per second of wall time, steps per second, and the mean
 batch the run produced (a sanity check that every policy did the full work).
@@ -14,9 +14,7 @@ import argparse
 import platform
 import time
 
-import paged_kv  # noqa: F401  (runtime set-up first)
-from paged_kv.paper_setup import PAPER_SETUP
-from paged_kv.simulate import simulate
+from paged_kv.sim import PAPER_SETUP, simulate
 
 
 def main(argv=None) -> None:

@@ -1,7 +1,7 @@
 """``python -m kernels.bench``: time every kernel against PyTorch's SDPA on the same inputs.
 
-Each kernel module exposes ``benchmark(device, dtype, timer) -> list[dict]``; this file finds
-them, runs them and prints one table.  Units are formulas, not impressions:
+Each kernel module exposes ``benchmark(device, dtype, timer) -> list[dict]``; this file runs
+them and prints one table.  Units are formulas, not impressions:
 
 * decode kernels are memory-bound: **GB/s** = bytes of K/V (and q, out) moved / seconds;
 * prefill is compute-bound: **TFLOP/s** = 4 * B * H * D * (causal query-key pairs) / seconds.
@@ -13,46 +13,20 @@ Triton interpreter, so only a tiny sanity shape is timed and the numbers mean no
 from __future__ import annotations
 
 import argparse
-import importlib
-import statistics
-import time
 
 import torch
 
-from ._runtime import default_device, interpreter_active, triton_available, triton_status
+from paged_kv.errors import ConfigError
 
-KERNEL_MODULES = ("prefill_attention", "decode_attention", "paged_attention", "cache_ops")
+from . import cache_ops, decode_attention, paged_attention, prefill_attention
+from .runtime import default_device, interpreter_active, triton_available, triton_status
+from .timing import make_timer, row
 
+__all__ = ["KERNEL_MODULES", "format_rows", "main", "make_timer", "row", "run"]
 
-def make_timer(device: torch.device, warmup: int = 3, rep: int = 20):
-    """Return ``timer(fn) -> seconds`` (median). CUDA: events via ``triton.testing.do_bench``."""
-    if device.type == "cuda":
-        import triton.testing
-
-        return lambda fn: triton.testing.do_bench(fn, warmup=25, rep=100) / 1e3
-
-    def timer(fn):
-        for _ in range(warmup):
-            fn()
-        times = []
-        for _ in range(rep):
-            t0 = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - t0)
-        return statistics.median(times)
-
-    return lambda fn: timer(fn)
-
-
-def row(kernel: str, shape: str, dtype, seconds: float, unit: str, amount: float,
-        sdpa_seconds: float | None = None, **extra) -> dict:
-    """One result row; ``amount`` is bytes (unit GB/s) or FLOPs (unit TFLOP/s)."""
-    scale = 1e9 if unit == "GB/s" else 1e12
-    out = {"kernel": kernel, "shape": shape, "dtype": str(dtype).replace("torch.", ""),
-           "ms": seconds * 1e3, "rate": amount / seconds / scale, "unit": unit,
-           "vs_sdpa": (sdpa_seconds / seconds) if sdpa_seconds else None}
-    out.update(extra)
-    return out
+# Each kernel module has ``benchmark(device, dtype, timer) -> list[dict]``.
+KERNEL_MODULES = {"prefill_attention": prefill_attention, "decode_attention": decode_attention,
+                  "paged_attention": paged_attention, "cache_ops": cache_ops}
 
 
 def run(device: torch.device | None = None, dtypes=None, modules=KERNEL_MODULES) -> list[dict]:
@@ -71,14 +45,10 @@ def run(device: torch.device | None = None, dtypes=None, modules=KERNEL_MODULES)
     timer = make_timer(device, warmup=1 if interpreter_active() else 3, rep=3 if interpreter_active() else 20)
     rows = []
     for name in modules:
-        try:
-            mod = importlib.import_module(f"kernels.{name}")
-        except ModuleNotFoundError:
-            continue
-        if not hasattr(mod, "benchmark"):
-            continue
+        if name not in KERNEL_MODULES:
+            raise ConfigError(f"unknown kernel module {name!r}; known: {', '.join(KERNEL_MODULES)}")
         for dtype in dtypes:
-            rows.extend(mod.benchmark(device, dtype, timer))
+            rows.extend(KERNEL_MODULES[name].benchmark(device, dtype, timer))
     return rows
 
 

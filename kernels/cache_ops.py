@@ -21,8 +21,9 @@ import torch
 
 from paged_kv.errors import CacheError, TensorError
 
-from ._checks import check_tensor, check_tuning
-from ._runtime import check_kernel_dtype, require_triton, tl, triton
+from .checks import check_tensor, check_tuning
+from .runtime import check_kernel_dtype, require_triton, tl, triton
+from . import timing
 
 
 # ---------------------------------------------------------------------------------------------
@@ -133,7 +134,7 @@ def store_kv(k, v, k_cache, v_cache, slot_mapping):
     Raises:
         TensorError: wrong rank, shapes that do not fit, dtype/device mismatch.
         CacheError: a slot outside ``-1 .. NB*BS - 1``.
-        DTypeNotSupportedError, KernelUnavailableError: see :mod:`kernels._runtime`.
+        DTypeNotSupportedError, KernelUnavailableError: see :mod:`kernels.runtime`.
     """
     _check_store_args(k, v, k_cache, v_cache, slot_mapping)
     if v_cache.stride() != k_cache.stride():
@@ -161,7 +162,6 @@ def benchmark(device, dtype, timer):
     Bytes moved: K and V read once and written once (``4 * T * Hkv * D * itemsize``) plus the
     ``8 * T`` bytes of slots.  ``vs torch`` is the PyTorch reference's time over ours.
     """
-    from .bench import row
 
     if device.type == "cuda":
         shapes = [(256, 8, 128, 16, 65536), (4096, 8, 128, 16, 65536), (64, 32, 64, 16, 16384)]
@@ -178,6 +178,6 @@ def benchmark(device, dtype, timer):
         ours = timer(lambda: store_kv(k, v, k_cache, v_cache, slots))
         ref = timer(lambda: store_kv_reference(k, v, k_cache, v_cache, slots))
         moved = 4 * T * Hkv * D * k.element_size() + 8 * T
-        rows.append(row("store_kv", f"T={T} Hkv={Hkv} D={D} BS={BS} NB={NB}", dtype, ours,
+        rows.append(timing.row("store_kv", f"T={T} Hkv={Hkv} D={D} BS={BS} NB={NB}", dtype, ours,
                         "GB/s", moved, vs_torch=ref / ours))
     return rows

@@ -12,7 +12,7 @@ What you will learn here:
   output and its log-sum-exp, and a second small kernel combines them exactly.
 
 Layouts: ``q [B, H, D]``; ``k_cache, v_cache [B, T_max, Hkv, D]`` (one layer, token-major, the
-layout of :class:`paged_kv.caches.ContiguousKVCache`); ``seq_lens [B]`` int32, the number of
+layout of :class:`paged_kv.storage.ContiguousKVCache`); ``seq_lens [B]`` int32, the number of
 valid cached tokens of each sequence (the new token included).  Output ``[B, H, D]``.
 """
 
@@ -22,8 +22,9 @@ import torch
 
 from paged_kv.errors import TensorError
 
-from ._checks import check_qkv, check_seq_lens, check_tensor, check_tuning
-from ._runtime import require_triton, tl, triton
+from .checks import check_qkv, check_seq_lens, check_tensor, check_tuning
+from .runtime import require_triton, tl, triton
+from . import timing
 
 
 # ---------------------------------------------------------------------------------------------
@@ -132,7 +133,7 @@ def _decode_split_kernel(
 #   out = sum_s exp(lse_s - lse) * out_s,  lse = log sum_s exp(lse_s)
 # ---------------------------------------------------------------------------------------------
 @triton.jit
-def _decode_combine_kernel(
+def decode_combine_kernel(
     PartOut, PartLse,         # fp32 [B,H,S,BLOCK_D], fp32 [B,H,S]
     Out,                      # [B,H,D] in the output dtype
     stride_ob, stride_oh,     # out strides
@@ -225,7 +226,7 @@ def decode_attention(q, k_cache, v_cache, seq_lens, scale=None, num_splits=None,
         D=D, BLOCK_D=BLOCK_D, BLOCK_N=block_n,
     )
     out = torch.empty_like(q)
-    _decode_combine_kernel[(B, H)](
+    decode_combine_kernel[(B, H)](
         part_out, part_lse, out, out.stride(0), out.stride(1),
         H=H, S=S, BLOCK_S=triton.next_power_of_2(S), D=D, BLOCK_D=BLOCK_D,
     )
@@ -234,7 +235,6 @@ def decode_attention(q, k_cache, v_cache, seq_lens, scale=None, num_splits=None,
 
 def benchmark(device, dtype, timer):
     """Rows for ``python -m kernels.bench``: GB/s of one decode step, ours vs SDPA."""
-    from .bench import row
 
     if device.type == "cuda":
         shapes = [(1, 32768, 32, 8, 128), (16, 4096, 32, 8, 128), (64, 1024, 32, 8, 128),
@@ -253,6 +253,6 @@ def benchmark(device, dtype, timer):
         sdpa = timer(lambda: torch.nn.functional.scaled_dot_product_attention(
             q4, kt, vt, enable_gqa=H != Hkv))
         moved = (2 * B * T * Hkv * D + 2 * B * H * D) * q.element_size()  # K, V read; q read, out written
-        rows.append(row("decode_attention", f"B={B} T={T} H={H} Hkv={Hkv} D={D}", dtype,
+        rows.append(timing.row("decode_attention", f"B={B} T={T} H={H} Hkv={Hkv} D={D}", dtype,
                         ours, "GB/s", moved, sdpa))
     return rows

@@ -24,7 +24,7 @@ What you will learn here:
   int64 (:func:`kernels.cache_ops.cache_offset`), so caches past 2^31 elements work.
 
 Layouts: ``q [B, H, D]``; one layer's ``k_cache, v_cache [NB, BS, Hkv, D]`` (vLLM's flash
-backend, :class:`paged_kv.paged_cache.PagedKVCache`); ``block_tables [B, max_blocks]`` int32
+backend, :class:`paged_kv.storage.PagedKVCache`); ``block_tables [B, max_blocks]`` int32
 (entries past a sequence's blocks are padding, never read); ``seq_lens [B]`` int32, tokens of
 each sequence including the new one.  Output ``[B, H, D]``.
 Legend: B batch, H query heads, Hkv kv heads, D head_dim, NB blocks, BS block size.
@@ -36,10 +36,11 @@ import torch
 
 from paged_kv.errors import CacheError, TensorError
 
-from ._checks import check_qkv, check_tensor, check_tuning
-from ._runtime import require_triton, tl, triton
 from .cache_ops import cache_offset
-from .decode_attention import _decode_combine_kernel, choose_num_splits, decode_attention_reference
+from .checks import check_qkv, check_tensor, check_tuning
+from .decode_attention import choose_num_splits, decode_attention, decode_attention_reference, decode_combine_kernel
+from .runtime import require_triton, tl, triton
+from . import timing
 
 
 # ---------------------------------------------------------------------------------------------
@@ -71,7 +72,7 @@ def paged_decode_attention_reference(q, k_cache, v_cache, block_tables, seq_lens
     Args, returns and the block-table checks as :func:`paged_decode_attention` (no splits, any
     dtype): a used block id outside the pool raises ``CacheError`` rather than reading (or,
     for a negative id, wrapping around to) another block.  The torch backend of
-    :class:`paged_kv.paged_cache.PagedKVCache` reads through this.
+    :class:`paged_kv.storage.PagedKVCache` reads through this.
     """
     check_block_tables(block_tables, seq_lens, k_cache.shape[0], k_cache.shape[1], q.shape[0], q.device)
     k, v = gather_kv(k_cache, v_cache, block_tables, seq_lens)
@@ -81,7 +82,7 @@ def paged_decode_attention_reference(q, k_cache, v_cache, block_tables, seq_lens
 # ---------------------------------------------------------------------------------------------
 # Kernel 1: one program per (sequence, KV head, split) computes a partial softmax-weighted sum
 # over the split's token positions, following the block table.  Kernel 2 (the combine) is
-# decode_attention's _decode_combine_kernel, unchanged.
+# decode_attention's decode_combine_kernel, unchanged.
 # ---------------------------------------------------------------------------------------------
 @triton.jit
 def _paged_decode_split_kernel(
@@ -217,7 +218,7 @@ def paged_decode_attention(q, k_cache, v_cache, block_tables, seq_lens, scale=No
         TensorError: bad ranks, shapes, dtypes or devices; ``seq_lens`` beyond the table; a
             table with no columns; ``D == 0``.
         CacheError: a used block id outside the pool.
-        DTypeNotSupportedError, KernelUnavailableError: see :mod:`kernels._runtime`.
+        DTypeNotSupportedError, KernelUnavailableError: see :mod:`kernels.runtime`.
     """
     if num_splits is not None:
         num_splits = check_tuning("num_splits", num_splits, minimum=1)
@@ -254,7 +255,7 @@ def paged_decode_attention(q, k_cache, v_cache, block_tables, seq_lens, scale=No
         D=D, BLOCK_D=BLOCK_D, BLOCK_SIZE=BS, BLOCK_N=block_n,
     )
     out = torch.empty_like(q)
-    _decode_combine_kernel[(B, H)](
+    decode_combine_kernel[(B, H)](
         part_out, part_lse, out, out.stride(0), out.stride(1),
         H=H, S=S, BLOCK_S=triton.next_power_of_2(S), D=D, BLOCK_D=BLOCK_D,
     )
@@ -290,8 +291,6 @@ def benchmark(device, dtype, timer):
     SDPA (what an engine without a paged kernel does each step) over ours; ``contig`` = our
     contiguous kernel's time on the same tokens over ours.  Then a block-size sweep.
     """
-    from .bench import row
-    from .decode_attention import decode_attention
 
     if device.type == "cuda":
         shapes = [(1, 32768, 32, 8, 128), (16, 4096, 32, 8, 128), (64, 1024, 32, 8, 128),
@@ -319,6 +318,6 @@ def benchmark(device, dtype, timer):
         contig = timer(lambda: decode_attention(q, k, v, seq_lens))
         sdpa = timer(sdpa_gathered)
         moved = (2 * B * T * Hkv * D + 2 * B * H * D) * q.element_size()
-        rows.append(row("paged_decode_attention", f"B={B} T={T} H={H} Hkv={Hkv} D={D} BS={BS}",
+        rows.append(timing.row("paged_decode_attention", f"B={B} T={T} H={H} Hkv={Hkv} D={D} BS={BS}",
                         dtype, paged, "GB/s", moved, sdpa, vs_contig=contig / paged))
     return rows

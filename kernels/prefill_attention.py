@@ -23,8 +23,9 @@ import torch
 
 from paged_kv.errors import TensorError
 
-from ._checks import check_qkv, check_seq_lens, check_tensor, check_tuning
-from ._runtime import require_triton, tl, triton
+from .checks import check_qkv, check_seq_lens, check_tensor, check_tuning
+from .runtime import require_triton, tl, triton
+from . import timing
 
 
 # ---------------------------------------------------------------------------------------------
@@ -190,7 +191,6 @@ def prefill_attention(q, k, v, seq_lens=None, scale=None, block_m: int = 16, blo
 
 def benchmark(device, dtype, timer):
     """Rows for ``python -m kernels.bench``: TFLOP/s of causal prefill, ours vs SDPA."""
-    from .bench import row
 
     if device.type == "cuda":
         shapes = [(4, 1024, 32, 8, 128), (1, 4096, 32, 8, 128), (8, 512, 32, 32, 64)]
@@ -207,6 +207,6 @@ def benchmark(device, dtype, timer):
         sdpa = timer(lambda: torch.nn.functional.scaled_dot_product_attention(
             qt, kt, vt, is_causal=True, enable_gqa=H != Hkv))
         flops = 4 * B * H * D * (T * (T + 1) // 2)  # QK^T and PV over the causal pairs
-        rows.append(row("prefill_attention", f"B={B} T={T} H={H} Hkv={Hkv} D={D}", dtype,
+        rows.append(timing.row("prefill_attention", f"B={B} T={T} H={H} Hkv={Hkv} D={D}", dtype,
                         ours, "TFLOP/s", flops, sdpa))
     return rows

@@ -1,39 +1,30 @@
 """paged-kv: the package behind the book on KV-cache memory management.
 
-Importing it first runs :mod:`kernels._runtime`, which switches on the Triton interpreter when
-there is no GPU (before any kernel is defined).  See the README's "Architecture" section for the
-map of modules.
+The package is in layers, one subpackage each (the README's "Architecture" section is the map):
+leaves (:mod:`errors`, :mod:`validate`, :mod:`units`, :mod:`defaults`) at the bottom; the pure-Python
+bookkeeping (:mod:`memory`, :mod:`blocks`, :mod:`scheduling`, :mod:`sim`); the tensors
+(:mod:`model`, :mod:`storage`, :mod:`decoding`, :mod:`engine`); and on top the figures
+(:mod:`viz`) and live panels (:mod:`widgets`).
+
+``import paged_kv`` is cheap: the names below, those two or more chapters use and every exception,
+are imported on first use (``lazy_loader``), so ``import paged_kv.sim`` does not load torch and
+``kernels`` can import the leaves without loading the model.  Everything else is imported from its
+subpackage, whose ``__init__`` lists the layer's API.
 """
 
-import kernels._runtime  # noqa: F401  (device/dtype policy and interpreter switch come first)
-
-from .attention import AttentionMetadata
-from .block_allocator import BlockAllocator
-from .blocks import BlockSpaceManager, BlockTable, blocks_needed
-from .caches import ContiguousKVCache
-from .checkpoint import load_checkpoint, load_tiny_model, save_checkpoint
-from .config import ModelConfig
-from .errors import (BlockError, CacheError, ConfigError, DTypeNotSupportedError, KernelUnavailableError,
-                     OutOfBlocksError, PagedKVError, PromptError, TensorError, UnknownPresetError)
-from .generate import GenerationResult, generate
-from .history import BlockHistory, paper_trace
-from .memory import (kv_bytes_per_token, kv_cache_bytes, max_batch_size, max_tokens, plan_memory,
-                     weights_bytes)
-from .model import TinyLlama, load_hf_state_dict
-from .paged_cache import PagedKVCache
-from .presets import GPUSpec, ModelSpec, gpu_preset, model_preset
-from .sampling import SamplingParams, sample
-from .tokenizer import ByteTokenizer
+import lazy_loader as _lazy
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "AttentionMetadata", "BlockAllocator", "BlockError", "BlockHistory", "BlockSpaceManager",
-    "BlockTable", "GPUSpec", "ModelSpec", "PagedKVCache", "blocks_needed", "gpu_preset",
-    "kv_bytes_per_token", "kv_cache_bytes", "max_batch_size", "max_tokens", "model_preset",
-    "paper_trace", "plan_memory", "weights_bytes", "ByteTokenizer", "CacheError", "ConfigError",
-    "ContiguousKVCache", "DTypeNotSupportedError", "GenerationResult", "KernelUnavailableError",
-    "ModelConfig", "OutOfBlocksError", "PagedKVError", "PromptError", "SamplingParams", "TensorError",
-    "TinyLlama", "UnknownPresetError", "generate", "load_checkpoint", "load_hf_state_dict",
-    "load_tiny_model", "sample", "save_checkpoint",
-]
+__getattr__, __dir__, __all__ = _lazy.attach(__name__, submod_attrs={
+    "errors": ["BlockError", "CacheError", "ConfigError", "DTypeNotSupportedError", "KernelUnavailableError",
+               "OutOfBlocksError", "PagedKVError", "PromptError", "TensorError", "UnknownPresetError"],
+    "units": ["GB", "GiB", "format_bytes"],
+    "defaults": ["BLOCK_SIZE"],
+    "model": ["ByteTokenizer", "ModelConfig", "SamplingParams", "TinyLlama", "load_tiny_model"],
+    "memory": ["gpu_preset", "kv_bytes_per_token", "model_preset", "plan_memory", "weights_bytes"],
+    "blocks": ["BlockAllocator", "BlockSpaceManager", "BlockTable", "blocks_needed"],
+    "storage": ["ContiguousKVCache", "PagedKVCache"],
+    "decoding": ["decode_step_bytes", "forward_flops", "generate", "profile_decoding"],
+    "sim": ["simulate", "synthetic_trace"],
+})

@@ -9,8 +9,7 @@ import sys
 
 import torch
 
-import paged_kv  # noqa: F401  (kernels/_runtime first)
-from kernels._runtime import default_dtype, triton_status
+from kernels.runtime import default_dtype, triton_status
 from kernels.cache_ops import store_kv, store_kv_reference
 from kernels.decode_attention import decode_attention, decode_attention_reference
 from kernels.paged_attention import paged_copy, paged_decode_attention, paged_decode_attention_reference

@@ -9,7 +9,7 @@ py=${PYTHON:-python3}
 export PYTHONUNBUFFERED=1
 rc=0
 $py scripts/gpu_check.py 2>&1 | tee "$out/kernels.log" || rc=1
-PAGED_KV_TEST_CUDA=1 $py -m pytest -q tests/test_paged_attention.py -k gpu 2>&1 | tee "$out/large_cache.log" || rc=1
+PAGED_KV_TEST_CUDA=1 $py -m pytest -q tests/kernels/test_paged_attention.py -k gpu 2>&1 | tee "$out/large_cache.log" || rc=1
 $py -m kernels.bench 2>&1 | tee "$out/bench.log" || rc=1
 for nb in book/0*.ipynb; do
   start=$(date +%s)

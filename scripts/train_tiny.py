@@ -1,4 +1,4 @@
-"""Train the book's tiny model on Tiny Shakespeare and write it to ``paged_kv/weights/``.
+"""Train the book's tiny model on Tiny Shakespeare and write it to ``paged_kv/model/weights/``.
 
 Reproducible: fixed seed, fixed step count, data split as nanoGPT's char-level example (first
 90% train, last 10% held out).  Run from the repository root:
@@ -22,9 +22,8 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from paged_kv.checkpoint import load_checkpoint, save_checkpoint  # noqa: E402
-from paged_kv.config import ModelConfig  # noqa: E402
-from paged_kv.model import TinyLlama  # noqa: E402
+from paged_kv.decoding import generate  # noqa: E402
+from paged_kv.model import ByteTokenizer, ModelConfig, TinyLlama, load_checkpoint, save_checkpoint  # noqa: E402
 
 
 def batches(data: torch.Tensor, batch: int, ctx: int, g: torch.Generator):
@@ -54,7 +53,7 @@ def held_out_loss(model: TinyLlama, data: torch.Tensor, ctx: int, max_windows: i
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", default="../shared/data/tinyshakespeare.txt")
-    ap.add_argument("--out", default="paged_kv/weights")
+    ap.add_argument("--out", default="paged_kv/model/weights")
     ap.add_argument("--steps", type=int, default=2000)
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--ctx", type=int, default=256)
@@ -94,8 +93,6 @@ def main() -> None:
     shipped = load_checkpoint(args.out)
     val_loss = held_out_loss(shipped, val, args.ctx)
     train_loss = held_out_loss(shipped, train[-len(val):], args.ctx)
-    from paged_kv.generate import generate
-    from paged_kv.tokenizer import ByteTokenizer
     tok = ByteTokenizer()
     sample = generate(shipped, [tok.encode("ROMEO:\n")], max_new_tokens=300).texts(tok)[0]
     print(f"held-out loss {val_loss:.4f} nats/byte; train-split loss {train_loss:.4f}")

@@ -1,4 +1,4 @@
-"""Shared fixtures. Importing paged_kv first switches on the Triton interpreter (no GPU here).
+"""Shared fixtures.  TRITON_INTERPRET is set here, before anything imports triton (no GPU here).
 
 The suite checks kernels on CPU tensors under the Triton interpreter, also on a machine with a
 GPU (set PAGED_KV_TEST_CUDA=1 to leave the interpreter off there, e.g. for the GPU-only tests).
@@ -9,12 +9,10 @@ import os
 if os.environ.get("PAGED_KV_TEST_CUDA", "0") in ("", "0"):
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-import paged_kv  # noqa: E402,F401  (must come before anything imports triton)
-import pytest
-import torch
+import pytest  # noqa: E402
+import torch  # noqa: E402
 
-from paged_kv.config import ModelConfig
-from paged_kv.model import TinyLlama
+from paged_kv.model import ModelConfig, TinyLlama  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -31,7 +29,7 @@ def small_model(small_cfg) -> TinyLlama:
 
 
 # ---------------------------------------------------------------------------------------------
-# The built book, shared by tests/test_book.py and tests/test_browser.py (built once per run).
+# The built book, shared by tests/book/test_book.py and tests/book/test_browser.py (built once per run).
 # ---------------------------------------------------------------------------------------------
 import subprocess  # noqa: E402
 import sys  # noqa: E402

@@ -1,6 +1,11 @@
 """Plotly figures for the book (one submodule per chapter topic), and the one place that picks
 plotly's renderer.
 
+Submodules: :mod:`~paged_kv.viz.palette` (colours), :mod:`~paged_kv.viz.controls` (sliders and
+dropdowns that find what they change by name), :mod:`~paged_kv.viz.memory` (chapter 3),
+:mod:`~paged_kv.viz.fragmentation` (chapter 4), :mod:`~paged_kv.viz.blocks` (chapter 5).  Nothing
+in the package below this layer imports it.
+
 Figures are built by pure functions of recorded data (snapshots, measurements), so the static
 HTML book can show them with no live objects and no kernel.
 
@@ -24,12 +29,13 @@ import plotly.graph_objects as go
 import plotly.io as pio
 from plotly.io.base_renderers import MimetypeRenderer
 
-BOOK_ENV = "PAGED_KV_BOOK"
+from .controls import add_replay_controls, layout_path, trace_indices
+from .palette import COLORS, FREE_COLOR, discrete_scale, tint
 
-# One palette for the whole book: sequence i is always drawn in COLORS[i % len(COLORS)].
-COLORS = ["#4C78A8", "#F58518", "#54A24B", "#E45756", "#72B7B2", "#B279A2", "#FF9DA6",
-          "#9D755D", "#EECA3B", "#BAB0AC"]
-FREE_COLOR = "#EEEEEE"
+__all__ = ["BOOK_ENV", "BookRenderer", "COLORS", "FREE_COLOR", "add_replay_controls", "discrete_scale",
+           "in_colab", "is_static_build", "layout_path", "line_figure", "setup_plotly", "tint", "trace_indices"]
+
+BOOK_ENV = "PAGED_KV_BOOK"
 
 
 def is_static_build() -> bool:
@@ -73,22 +79,4 @@ def line_figure(x, series: dict, title: str, xaxis: str, yaxis: str, log_y: bool
                       margin=dict(l=60, r=20, t=50, b=50), legend=dict(orientation="h", y=-0.2))
     if log_y:
         fig.update_yaxes(type="log")
-    return fig
-
-
-def add_replay_controls(fig: go.Figure, steps: list, active: int, currentvalue: dict,
-                        frame_ms: int, slider: dict | None = None, pad_top: int = 30) -> go.Figure:
-    """Give a figure with frames the book's replay controls: a slider over ``steps`` (plotly
-    slider steps) starting at ``active``, and a play button. Works in a static page (no kernel).
-
-    ``currentvalue``: the slider's label settings; ``slider``: extra slider layout (x, len, pad).
-    """
-    fig.update_layout(
-        sliders=[dict(active=active, steps=steps, y=0, yanchor="top", currentvalue=currentvalue,
-                      **{"x": 0, "len": 1, "pad": dict(t=pad_top), **(slider or {})})],
-        updatemenus=[dict(type="buttons", showactive=False, x=0, y=0, xanchor="left", yanchor="top",
-                          pad=dict(t=pad_top), buttons=[dict(
-                              label="▶", method="animate",
-                              args=[None, dict(frame=dict(duration=frame_ms, redraw=True),
-                                               fromcurrent=True, mode="immediate")])])])
     return fig

@@ -7,7 +7,7 @@ visible), a free block in grey.  Each block is labelled ``id ×ref count``; hove
 block id, slot, owner, logical index and the block's token range.  Right panel: each sequence's
 block table, logical block -> physical id.
 
-Pure functions of :class:`~paged_kv.history.Snapshot` lists: :func:`blocks_figure` replays a
+Pure functions of :class:`~paged_kv.blocks.Snapshot` lists: :func:`blocks_figure` replays a
 whole history with plotly frames and a slider (works in the static book with no kernel);
 :func:`block_traces` gives one snapshot's traces, which the live widget writes into a
 ``FigureWidget`` in place.  :func:`block_size_figure` draws the block-size trade-off (waste
@@ -22,24 +22,25 @@ from typing import Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from . import COLORS, FREE_COLOR, add_replay_controls
+from .controls import add_replay_controls, trace_indices
+from .palette import COLORS, FREE_COLOR, discrete_scale, tint
 
 # Subplot titles of blocks_figure: two short lines each, anchored at the left edge of their own
 # panel, so they cannot run into each other however narrow the page is.
 PANEL_TITLES = ("<b>physical KV blocks</b><br>id ×ref count", "<b>block tables</b><br>logical → physical")
 
+# The traces block_traces makes, in order: found by these names, never by position.
+TRACE_NAMES = ("pool", "block labels", "block tables")
+
 MAX_ROWS = 16   # blocks per column of the pool grid before it wraps into another column
 
 
-def _tint(hex_color: str, amount: float = 0.72) -> str:
-    """Mix ``hex_color`` with white (``amount`` = share of white)."""
-    r, g, b = (int(hex_color[i:i + 2], 16) for i in (1, 3, 5))
-    mix = [round(c + (255 - c) * amount) for c in (r, g, b)]
-    return "#" + "".join(f"{c:02X}" for c in mix)
+EMPTY_TINT = 0.72  # share of white in the pale tint of a reserved, empty slot
 
 
 def seq_order(snapshots: Sequence) -> list:
-    """Sequence ids in order of first appearance: sequence ``k`` is drawn in ``COLORS[k % 10]``."""
+    """Sequence ids in order of first appearance: sequence ``k`` is drawn in
+    ``COLORS[k % len(COLORS)]``."""
     order: list = []
     for snap in snapshots:
         for s in snap.tables:
@@ -52,12 +53,8 @@ def _colorscale(num_seqs: int) -> tuple[list, int]:
     """A discrete colorscale: z = 0 free; 1 + 2k filled slot of seq k; 2 + 2k reserved empty slot."""
     colors = [FREE_COLOR]
     for k in range(num_seqs):
-        colors += [COLORS[k % len(COLORS)], _tint(COLORS[k % len(COLORS)])]
-    n = len(colors)
-    scale = []
-    for i, c in enumerate(colors):
-        scale += [[i / n, c], [(i + 1) / n, c]]
-    return scale, n
+        colors += [COLORS[k % len(COLORS)], tint(COLORS[k % len(COLORS)], EMPTY_TINT)]
+    return discrete_scale(colors), len(colors)
 
 
 def _grid(num_blocks: int, block_size: int) -> tuple[int, int, int, int]:
@@ -113,7 +110,7 @@ def block_traces(snap, order: Sequence, max_logical: int | None = None) -> list:
                   hoverongaps=False, texttemplate="%{text}", textfont=dict(size=11))
     pool = go.Heatmap(z=z, text=text, customdata=hover, hovertemplate="%{customdata}<extra></extra>",
                       name="pool", **common)
-    labels = go.Scatter(x=lx, y=ly, text=ltext, mode="text", textposition="middle left",
+    labels = go.Scatter(x=lx, y=ly, text=ltext, mode="text", textposition="middle left", name="block labels",
                         hoverinfo="skip", showlegend=False, textfont=dict(size=11, color="#333"))
     # block tables: row per sequence (in `order`), column per logical block
     width_t = max_logical or max([len(t) for t in snap.tables.values()] + [1])
@@ -188,7 +185,8 @@ def blocks_figure(snapshots: Sequence, title: str = "", active: int | None = Non
                       plot_bgcolor="white", showlegend=False)
     if replay and len(snapshots) > 1:
         head = f"{title}<br>" if title else ""
-        fig.frames = [go.Frame(name=str(s.step), data=block_traces(s, order, max_logical), traces=[0, 1, 2],
+        traces = trace_indices(fig, TRACE_NAMES)   # the order block_traces returns them in
+        fig.frames = [go.Frame(name=str(s.step), data=block_traces(s, order, max_logical), traces=traces,
                                layout=go.Layout(title_text=head + _caption(s))) for s in snapshots]
         steps = [dict(method="animate", label=str(s.step),
                       args=[[str(s.step)], dict(mode="immediate", frame=dict(duration=0, redraw=True),
@@ -204,8 +202,9 @@ def refresh_blocks_figure(fig, snapshots: Sequence, title: str = "") -> None:
     snapshots = list(snapshots)
     with fig.batch_update():
         order, max_logical = _frame_layout(fig, snapshots, snapshots[-1], title)
-        for old, new in zip(fig.data, block_traces(snapshots[-1], order, max_logical)):
-            old.update(new.to_plotly_json())
+        new = block_traces(snapshots[-1], order, max_logical)
+        for i, trace in zip(trace_indices(fig, TRACE_NAMES), new):
+            fig.data[i].update(trace.to_plotly_json())
 
 
 def block_size_figure(sizes: Sequence[int], empty_share: Sequence[float], table_entries: Sequence[float],

@@ -1,6 +1,6 @@
 """Figures for chapter 4: where contiguous allocation wastes KV memory, and what paging recovers.
 
-Pure functions of what :func:`paged_kv.simulate.simulate` recorded (layouts, step arrays,
+Pure functions of what :func:`paged_kv.sim.simulate` recorded (layouts, step arrays,
 summaries), so the static book replays them without a kernel:
 
 * :func:`strip_figure`: the pool as a horizontal strip of slots, two rows per policy (which
@@ -21,7 +21,8 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from ..errors import ConfigError
-from . import COLORS, FREE_COLOR, add_replay_controls
+from .controls import add_replay_controls, trace_indices
+from .palette import COLORS, FREE_COLOR, discrete_scale, tint
 
 CATEGORY_LABELS = {"token_states": "token states", "reserved": "reserved (future tokens)",
                    "internal": "internal fragmentation", "external": "external fragmentation",
@@ -33,28 +34,16 @@ CATEGORY_COLORS = {"token_states": "#1B7837", "reserved": "#A6DBA0", "internal":
 _CATS = list(CATEGORY_LABELS)
 
 
-def _tint(hex_color: str, amount: float) -> str:
-    """Mix ``hex_color`` with white (``amount`` = share of white)."""
-    r, g, b = (int(hex_color[i:i + 2], 16) for i in (1, 3, 5))
-    return "#" + "".join(f"{round(c + (255 - c) * amount):02X}" for c in (r, g, b))
-
-
-# One discrete colour scale for both strip rows: 0 unowned; 1..10 request colours (softened, so
-# the category row stands out); 11..15 categories.
-_STRIP_COLORS = [FREE_COLOR, *(_tint(c, 0.3) for c in COLORS), *CATEGORY_COLORS.values()]
-
-
-def _discrete_scale(colors: Sequence[str]) -> list:
-    n = len(colors)
-    scale = []
-    for i, c in enumerate(colors):
-        scale += [[i / n, c], [(i + 1) / n, c]]
-    return scale
+# One discrete colour scale for both strip rows: code 0 unowned; 1 .. len(COLORS) the request
+# colours (softened, so the category row stands out); then one code per category.
+_STRIP_COLORS = [FREE_COLOR, *(tint(c, 0.3) for c in COLORS), *CATEGORY_COLORS.values()]
+_FIRST_CATEGORY_CODE = 1 + len(COLORS)
+STRIP_TRACE = "strip"   # the heatmap a frame or a live refresh updates, found by this name
 
 
 def strip_rows(owner: np.ndarray, category: np.ndarray, bin_slots: int = 1) -> np.ndarray:
-    """``[2, ceil(pool / bin_slots)]`` strip codes: row 0 the owner's colour (1 + rid % 10, 0 none),
-    row 1 the category (11 + index in CATEGORIES).  A bin shows its most common category, and
+    """``[2, ceil(pool / bin_slots)]`` strip codes: row 0 the owner's colour (``1 + rid % len(COLORS)``,
+    0 none), row 1 the category (``1 + len(COLORS)`` + its index in CATEGORIES).  A bin shows its most common category, and
     the owner of the bin's first owned slot (0 if the bin holds no owned slot)."""
     pool = len(owner)
     nb = -(-pool // bin_slots)
@@ -65,7 +54,7 @@ def strip_rows(owner: np.ndarray, category: np.ndarray, bin_slots: int = 1) -> n
     top_cat = counts.argmax(1)
     has = own >= 0
     first = np.where(has.any(1), own[np.arange(nb), has.argmax(1)], -1)
-    return np.stack([np.where(first >= 0, 1 + first % len(COLORS), 0), 11 + top_cat]).astype(np.int8)
+    return np.stack([np.where(first >= 0, 1 + first % len(COLORS), 0), _FIRST_CATEGORY_CODE + top_cat]).astype(np.int8)
 
 
 def _aligned(runs: Mapping[str, Sequence]) -> dict[str, list]:
@@ -105,7 +94,7 @@ def strip_figure(runs: Mapping[str, Sequence], title: str = "", max_bins: int = 
     """The pool as strips of slots, one pair of rows per run, with a slider over recorded layouts.
 
     Args:
-        runs: label -> list of :class:`~paged_kv.simulate.Layout` over one pool size; record
+        runs: label -> list of :class:`~paged_kv.sim.Layout` over one pool size; record
             them with ``simulate(..., layout_times=...)`` so frame ``i`` is the same moment in
             every run (a run that ended sooner is padded with an empty pool).
         max_bins: at most this many columns; ``bin_slots = ceil(pool / max_bins)`` slots each.
@@ -120,8 +109,9 @@ def strip_figure(runs: Mapping[str, Sequence], title: str = "", max_bins: int = 
     active = n - 1 if active is None else active
     ylabels = [f"{k} · {what}" for k in runs for what in ("request", "category")]
     x = np.arange(-(-pool // bin_slots)) * bin_slots + (bin_slots - 1) / 2  # column centres, in slots
-    heat = go.Heatmap(z=_strip_z(runs, active, bin_slots), x=x, y=ylabels, zmin=-0.5, zmax=15.5,
-                      colorscale=_discrete_scale(_STRIP_COLORS), showscale=False, xgap=0, ygap=3,
+    heat = go.Heatmap(z=_strip_z(runs, active, bin_slots), x=x, y=ylabels, zmin=-0.5,
+                      zmax=len(_STRIP_COLORS) - 0.5, name=STRIP_TRACE,
+                      colorscale=discrete_scale(_STRIP_COLORS), showscale=False, xgap=0, ygap=3,
                       hovertemplate="slot %{x}<br>%{y}<extra></extra>")
     fig = go.Figure(heat)
     for c in _CATS:  # legend entries for the category colours (the request colours need none)
@@ -140,7 +130,8 @@ def strip_figure(runs: Mapping[str, Sequence], title: str = "", max_bins: int = 
                       legend=dict(orientation="h", y=1.02, yanchor="bottom", x=0, xanchor="left",
                                   font=dict(size=11)))
     if replay and n > 1:
-        fig.frames = [go.Frame(name=str(i), data=[go.Heatmap(z=_strip_z(runs, i, bin_slots))], traces=[0],
+        strip = trace_indices(fig, [STRIP_TRACE])
+        fig.frames = [go.Frame(name=str(i), data=[go.Heatmap(z=_strip_z(runs, i, bin_slots))], traces=strip,
                                layout=go.Layout(title_text=_strip_caption(runs, i, title))) for i in range(n)]
         steps = [dict(method="animate", label=f"{first[i].time_s:.0f}",
                       args=[[str(i)], dict(mode="immediate", frame=dict(duration=0, redraw=True),
@@ -156,9 +147,10 @@ def refresh_strip(fig, runs: Mapping[str, Sequence], index: int, title: str = ""
     pool = len(next(iter(runs.values()))[0].owner)
     bin_slots = max(1, -(-pool // max_bins))
     ylabels = [f"{k} · {what}" for k in runs for what in ("request", "category")]
+    strip = fig.data[trace_indices(fig, [STRIP_TRACE])[0]]
     with fig.batch_update():
-        fig.data[0].z = _strip_z(runs, index, bin_slots)
-        fig.data[0].y = ylabels
+        strip.z = _strip_z(runs, index, bin_slots)
+        strip.y = ylabels
         fig.layout.title.text = _strip_caption(runs, index, title)
 
 

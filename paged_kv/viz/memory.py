@@ -6,7 +6,7 @@ returns plain dicts/lists, and a ``*_figure`` function that only draws them (so 
 rebuilt from stored data with no package state).  Interaction is plotly's own (dropdown
 ``updatemenus``, sliders), so every figure works in the static HTML book with no kernel.
 
-Contexts beyond a model's declared maximum (:attr:`~paged_kv.presets.ModelSpec.max_position`)
+Contexts beyond a model's declared maximum (:attr:`~paged_kv.memory.presets.ModelSpec.max_position`)
 are never drawn as if the model could serve them: lines end at the maximum, bars give way to a
 "beyond max context" mark, and calculator rows are greyed out and say so.
 """
@@ -20,8 +20,11 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from .. import memory
-from ..memory import GiB, KiB, MiB
-from . import COLORS
+from ..defaults import RESERVE_FRACTION
+from ..errors import ConfigError
+from ..units import GiB, KiB, MiB, format_bytes
+from .controls import layout_path, trace_indices
+from .palette import COLORS
 
 CONTEXTS = [1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072]
 CALC_CONTEXTS = [512, *CONTEXTS]  # 512: the bundled tiny model's whole context
@@ -171,7 +174,7 @@ def gpu_fit_figure(data: dict) -> go.Figure:
     fig.update_layout(
         barmode="group", height=520, margin=dict(l=60, r=20, t=70, b=40),
         title=f"Sequences that fit on one GPU (TP={data['tp']}, KV in {data['kv_dtype']}, "
-              "10% reserve)<br><sup>weights in their serving dtype; no bar: the weights alone "
+              f"{RESERVE_FRACTION:.0%} reserve)<br><sup>weights in their serving dtype; no bar: the weights alone "
               f"do not fit, or the context is {BEYOND} (marked)</sup>",
         title_font_size=14, annotations=_beyond_marks(data, c0),
         xaxis=dict(tickvals=data["models"], ticktext=ticks),
@@ -232,7 +235,7 @@ def _fit(spec, gpu: str, context: int, kv_dtype: str = "fp16", tp: int = 1):
     """Max batch; -1 when the weights alone do not fit; None when ``tp`` cannot split the heads."""
     try:
         plan = memory.plan_memory(spec, gpu, context, 1, kv_dtype, tp=tp)
-    except memory.ConfigError:
+    except ConfigError:
         return None
     return plan.max_batch_size if plan.weights_fit else -1
 
@@ -308,12 +311,12 @@ def _model_note(name: str, m: dict) -> str:
     return (f"<b>{name}</b>: {m['kind']}, {m['layers']} layers x {cached}{window} "
             f"<i>({m['source']})</i><br>KV per token: {m['per_token']:,} B in fp16, "
             f"{m['per_token_fp8']:,} B in fp8; {top}"
-            f"<br>weights ({m['weights_dtype']}): {memory.format_bytes(m['weights'], 'auto')}")
+            f"<br>weights ({m['weights_dtype']}): {format_bytes(m['weights'], 'auto')}")
 
 
 def _gpu_note(name: str, g: dict) -> str:
     return (f"<b>{name}</b> (sold as \"{g['marketed']}\"): "
-            f"{memory.format_bytes(g['memory_bytes'], 'auto')} per GPU, 10% kept for activations<br>"
+            f"{format_bytes(g['memory_bytes'], 'auto')} per GPU, {RESERVE_FRACTION:.0%} kept for activations<br>"
             f"table: TP=1 and fp16 KV unless the column says; {NO_ROOM}: the weights alone do not "
             f"fit; -: the heads do not split over that many GPUs")
 
@@ -347,27 +350,45 @@ def calculator_figure(data: dict, model: str | None = None, gpu: str | None = No
     xs = list(range(len(contexts)))
     fig = make_subplots(rows=2, cols=1, row_heights=[0.52, 0.48], vertical_spacing=0.1,
                         specs=[[{"type": "table"}], [{"type": "xy"}]])
-    table_idx, order = [], []  # trace order: per GPU, one table then one line per TP degree
+    # Per GPU, one table (named "table: <GPU>") and one line per TP degree; each trace's meta says
+    # which, and the controls find traces, annotations and the marker by those names.
     sizes = [11 - 2 * j for j in range(len(tps))]  # nested markers stay visible when lines coincide
 
     for g in gpus:
         visible = g == gpu
         rows = data["models"][model]["cases"][g]
-        table_idx.append(len(fig.data))
-        order.append(("table", g, None))
         fig.add_trace(go.Table(
+            name=f"table: {g}", meta=dict(kind="table", gpu=g),
             header=dict(values=[f"<b>{c}</b>" for c in CALC_COLUMNS], fill_color="#E8EEF6", font=dict(size=11)),
             cells=dict(values=_table_columns(rows), fill_color=_row_fills(len(rows), context_index),
                        font=dict(size=11, color=_font_colors(rows)), height=22),
             columnwidth=[1.6, 1, 0.9, 0.8, 1.2, 0.9, 0.9], visible=visible), row=1, col=1)
         for j, tp in enumerate(tps):
-            order.append(("line", g, tp))
             fig.add_trace(go.Scatter(
+                meta=dict(kind="line", gpu=g, tp=tp),
                 x=xs, y=_line_y(data["models"][model], g, tp), mode="lines+markers", name=f"TP={tp}",
                 line=dict(color=COLORS[j % len(COLORS)], dash=TP_DASHES[j % len(TP_DASHES)]),
                 marker=dict(symbol=TP_SYMBOLS[j % len(TP_SYMBOLS)], size=max(sizes[j], 4)),
                 visible=visible, legendgroup=f"tp{tp}", showlegend=True,
                 hovertemplate=f"TP={tp}: %{{y:,}} sequences<extra></extra>"), row=2, col=1)
+
+    fig.add_shape(type="line", x0=context_index, x1=context_index, y0=0, y1=1, xref="x", yref="y domain",
+                  line=dict(color="#E45756", dash="dot"), name="context marker")
+    note = dict(xref="paper", yref="paper", x=0, xanchor="left", yanchor="top", showarrow=False,
+                align="left", font=dict(size=11))
+    fig.update_layout(annotations=[
+        dict(text=_model_note(model, data["models"][model]), y=1.235, name="model note", **note),
+        dict(text=_gpu_note(gpu, data["gpus"][gpu]), y=1.125, name="GPU note", **note),
+        dict(text="<b>model</b>", x=0, y=1.29, xref="paper", yref="paper", xanchor="right",
+             yanchor="top", showarrow=False, name="model label"),
+        dict(text="<b>GPU</b>", x=0.45, y=1.29, xref="paper", yref="paper", xanchor="right",
+             yanchor="top", showarrow=False, name="GPU label")])
+    order = [(t.meta["kind"], t.meta["gpu"], t.meta.get("tp")) for t in fig.data]
+    table_idx = trace_indices(fig, [f"table: {g}" for g in gpus])
+    model_note = layout_path(fig, "annotations", "model note", "text")
+    gpu_note = layout_path(fig, "annotations", "GPU note", "text")
+    marker_x0 = layout_path(fig, "shapes", "context marker", "x0")
+    marker_x1 = layout_path(fig, "shapes", "context marker", "x1")
 
     def model_args(name: str) -> list:
         m = data["models"][name]
@@ -377,27 +398,17 @@ def calculator_figure(data: dict, model: str | None = None, gpu: str | None = No
             colors.append(_font_colors(m["cases"][g]) if kind == "table" else None)
             ys.append(None if kind == "table" else _line_y(m, g, tp))
         return [{"cells.values": cells, "cells.font.color": colors, "y": ys},
-                {"annotations[0].text": _model_note(name, m)}]
+                {model_note: _model_note(name, m)}]
 
     model_menu = [dict(label=name, method="update", args=model_args(name)) for name in models]
     gpu_menu = [dict(label=g, method="update",
                      args=[{"visible": [o[1] == g for o in order]},
-                           {"annotations[1].text": _gpu_note(g, data["gpus"][g])}]) for g in gpus]
+                           {gpu_note: _gpu_note(g, data["gpus"][g])}]) for g in gpus]
     steps = [dict(label=_k(c), method="update",
                   args=[{"cells.fill.color": [_row_fills(len(contexts), i)] * len(gpus)},
-                        {"shapes[0].x0": i, "shapes[0].x1": i}, table_idx]) for i, c in enumerate(contexts)]
-    fig.add_shape(type="line", x0=context_index, x1=context_index, y0=0, y1=1, xref="x", yref="y domain",
-                  line=dict(color="#E45756", dash="dot"))
-    note = dict(xref="paper", yref="paper", x=0, xanchor="left", yanchor="top", showarrow=False,
-                align="left", font=dict(size=11))
+                        {marker_x0: i, marker_x1: i}, table_idx]) for i, c in enumerate(contexts)]
     fig.update_layout(
         height=840, margin=dict(l=60, r=20, t=190, b=40), title=None,
-        annotations=[dict(text=_model_note(model, data["models"][model]), y=1.235, **note),
-                     dict(text=_gpu_note(gpu, data["gpus"][gpu]), y=1.125, **note),
-                     dict(text="<b>model</b>", x=0, y=1.29, xref="paper", yref="paper", xanchor="right",
-                          yanchor="top", showarrow=False),
-                     dict(text="<b>GPU</b>", x=0.45, y=1.29, xref="paper", yref="paper", xanchor="right",
-                          yanchor="top", showarrow=False)],
         updatemenus=[dict(buttons=model_menu, active=models.index(model), x=0, xanchor="left", y=1.305,
                           yanchor="top", direction="down"),
                      dict(buttons=gpu_menu, active=gpus.index(gpu), x=0.45, xanchor="left", y=1.305,

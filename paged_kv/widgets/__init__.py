@@ -1,52 +1,20 @@
-"""Live ipywidgets controllers over the real objects (one submodule per chapter topic).
+"""Live ipywidgets panels over the real objects (one submodule per chapter topic).
 
 A live panel needs a running kernel.  In the static HTML book (``make book``) there is none, so
 :func:`show_live` prints a one-line note instead and the chapter shows a static plotly figure
 (frames and sliders) built from recorded history.  Colab needs its custom widget manager, which
-each chapter's hidden first cell enables.
+each chapter's hidden first cell enables.  Nothing in the package imports this layer.
+
+* :mod:`~paged_kv.widgets.panel`: :func:`show_live`, :func:`figure_widget_or_output`;
+* :mod:`~paged_kv.widgets.memory`: the KV calculator (chapter 3);
+* :mod:`~paged_kv.widgets.fragmentation`: the memory strip (chapter 4);
+* :mod:`~paged_kv.widgets.blocks`: the block pool (chapter 5).
 """
 
-from __future__ import annotations
+from .blocks import block_panel
+from .fragmentation import strip_panel
+from .memory import MemoryCalculator, calculator_panel
+from .panel import figure_widget_or_output, show_live
 
-from IPython.display import Markdown, display
-
-from ..viz import in_colab, is_static_build
-
-__all__ = ["figure_widget_or_output", "in_colab", "is_static_build", "show_live"]
-
-
-def figure_widget_or_output(fig, use_figure_widget: bool | None = None):
-    """``(figure, output)`` for a live panel: a ``go.FigureWidget`` updated in place, or, where
-    FigureWidget cannot run (plotly >= 6 needs anywidget), the plain figure and an
-    ``ipywidgets.Output`` to redraw it into (``output`` is then not ``None``).
-
-    ``use_figure_widget``: ``None`` tries and falls back, ``True`` requires it (re-raising its
-    error), ``False`` always redraws into an Output.
-    """
-    import ipywidgets as w
-    import plotly.graph_objects as go
-
-    if use_figure_widget is not False:
-        try:
-            return go.FigureWidget(fig), None
-        except Exception:
-            if use_figure_widget:
-                raise
-    return fig, w.Output()
-
-
-def show_live(panel, what: str = "This panel") -> bool:
-    """Display a live ipywidgets panel when a reader's kernel runs; returns whether it did.
-
-    ``panel`` is the widget, or better a zero-argument function that builds it: in the static
-    book the function is never called, so no widget (and no copy of plotly.js that a
-    ``FigureWidget`` would store in the notebook) ends up in the page.  There a short note says
-    where the live version runs instead.
-    """
-    if is_static_build():
-        display(Markdown(f"*{what} is live when you run this chapter in Jupyter or Colab "
-                         "(launch button at the top of the page); the figure below is its "
-                         "static replay.*"))
-        return False
-    display(panel() if callable(panel) else panel)
-    return True
+__all__ = ["MemoryCalculator", "block_panel", "calculator_panel", "figure_widget_or_output", "show_live",
+           "strip_panel"]

@@ -1,7 +1,7 @@
 """The live memory-strip panel (chapter 4): pick a policy, a request rate and a block size, and
 watch the KV pool of the paper's set-up fill, fragment and empty.
 
-Every change re-runs :func:`paged_kv.simulate.simulate` on a short trace (a few hundred
+Every change re-runs :func:`paged_kv.sim.simulate` on a short trace (a few hundred
 requests: well under a second) and redraws :func:`paged_kv.viz.fragmentation.strip_figure` in
 place in a ``go.FigureWidget``, or into an ``ipywidgets.Output`` where FigureWidget is
 unavailable (it needs ``anywidget``).  The time slider only switches between recorded layouts.
@@ -9,16 +9,20 @@ unavailable (it needs ``anywidget``).  The time slider only switches between rec
 
 from __future__ import annotations
 
+import ipywidgets as w
 import numpy as np
+from IPython.display import display
 
-from ..paper_setup import PAPER_SETUP, ServingSetup
-from ..simulate import SimResult
+from ..defaults import BLOCK_SIZE
+from ..sim import PAPER_SETUP, ServingSetup, SimResult
+from ..viz.fragmentation import refresh_strip, strip_figure
+from .panel import figure_widget_or_output
 
 POLICY_NAMES = {"Orca (Max)": "max", "Orca (Pow2)": "pow2", "Orca (Oracle)": "oracle", "paged": "paged"}
 BLOCK_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
 
-def run_strip(setup: ServingSetup, policy: str, rate_per_s: float, block_size: int = 16,
+def run_strip(setup: ServingSetup, policy: str, rate_per_s: float, block_size: int = BLOCK_SIZE,
               placement: str = "first-fit", num_requests: int = 300, frames: int = 40,
               horizon_s: float = 120.0, seed: int = 0) -> SimResult:
     """Simulate ``num_requests`` of ``setup`` at ``rate_per_s`` and record ``frames`` layouts
@@ -36,18 +40,11 @@ def strip_panel(setup: ServingSetup = PAPER_SETUP, num_requests: int = 300, fram
 
     ``use_figure_widget``: ``None`` tries ``go.FigureWidget`` and falls back to redrawing into
     an ``Output``; ``False`` always redraws; ``True`` raises if FigureWidget is unavailable."""
-    import ipywidgets as w
-
-    from . import figure_widget_or_output
-    from IPython.display import display
-
-    from ..viz.fragmentation import refresh_strip, strip_figure
-
     rate = w.FloatSlider(value=setup.rate_per_s, min=0.25, max=6.0, step=0.25, description="req/s",
                          continuous_update=False)
     policy = w.Dropdown(options=list(POLICY_NAMES), value="Orca (Oracle)", description="policy")
     placement = w.Dropdown(options=["first-fit", "best-fit"], description="placement")
-    block = w.Dropdown(options=BLOCK_SIZES, value=16, description="block size", disabled=True)
+    block = w.Dropdown(options=BLOCK_SIZES, value=BLOCK_SIZE, description="block size", disabled=True)
     when = w.IntSlider(value=frames - 1, min=0, max=frames - 1, description="frame", continuous_update=True)
     stats = w.HTML()
     state: dict = {}

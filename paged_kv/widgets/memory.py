@@ -10,10 +10,15 @@ The static book shows :func:`paged_kv.viz.memory.calculator_figure` instead.
 
 from __future__ import annotations
 
+import ipywidgets as w
+import plotly.graph_objects as go
+from IPython.display import display
+
 from .. import memory
 from ..errors import PagedKVError
-from ..memory import KV_DTYPES
-from ..presets import GPU_PRESETS, MODEL_PRESETS, ModelSpec
+from ..memory import GPU_PRESETS, KV_DTYPES, MODEL_PRESETS, ModelSpec
+from ..units import format_bytes
+from ..viz.memory import gpu_memory_figure, gpu_memory_parts
 
 CUSTOM = "custom"
 
@@ -28,11 +33,6 @@ class MemoryCalculator:
     def __init__(self, model: str = "Llama-3-8B", gpu: str = "H100-80GB", seq_len: int = 8192,
                  batch_size: int = 16, kv_dtype: str = "fp16", tp: int = 1,
                  use_figure_widget: bool | None = None) -> None:
-        import ipywidgets as w
-        import plotly.graph_objects as go
-
-        from ..viz.memory import gpu_memory_figure, gpu_memory_parts
-
         self._draw, self._parts = gpu_memory_figure, gpu_memory_parts
         narrow = w.Layout(width="230px")
         self.model = w.Dropdown(options=list(MODEL_PRESETS) + [CUSTOM], value=memory.model_preset(model).name,
@@ -120,8 +120,6 @@ class MemoryCalculator:
                 self.figure.layout.title.text = fig.layout.title.text
                 self.figure.layout.shapes, self.figure.layout.annotations = fig.layout.shapes, fig.layout.annotations
         else:
-            from IPython.display import display
-
             self.out.clear_output(wait=True)
             with self.out:
                 display(fig)
@@ -130,7 +128,7 @@ class MemoryCalculator:
     def report_html(p) -> str:
         """The plan's numbers as a small HTML table (binary and decimal units side by side, per
         GPU; MiB and MB for small sizes)."""
-        both = lambda n: memory.format_bytes(n, "auto")  # MiB (MB) for small sizes
+        both = lambda n: format_bytes(n, "auto")  # MiB (MB) for small sizes
         verdict = ("fits" if p.fits else ("the weights do not fit" if not p.weights_fit
                                           else f"does not fit: at most {p.max_batch_size:,} sequences"))
         if not p.within_max_context:
@@ -142,7 +140,7 @@ class MemoryCalculator:
                 (f"KV for {p.batch_size:,} x {p.seq_len:,} tokens", both(p.kv_bytes)),
                 ("share of the GPU", f"{p.kv_fraction:.1%}"),
                 ("weights", both(p.weights_bytes)),
-                ("KV budget (after weights and 10% reserve)", both(p.kv_budget_bytes)),
+                (f"KV budget (after weights and {p.reserve_bytes / p.gpu_bytes:.0%} reserve)", both(p.kv_budget_bytes)),
                 ("max batch at this context", f"{p.max_batch_size:,} sequences ({p.max_tokens:,} tokens)"),
                 ("model's maximum context", top),
                 ("verdict", verdict)]

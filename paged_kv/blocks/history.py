@@ -1,0 +1,212 @@
+"""An event history of a block manager, with plain-data snapshots a figure can replay.
+
+:class:`BlockHistory` drives a real :class:`~paged_kv.blocks.BlockSpaceManager` (allocate a
+prompt, append a decode token, fork, free) and after every event records a :class:`Snapshot`:
+per physical block its holders (sequence, logical index), tokens filled and ref count, plus every
+block table and the free list.  Snapshots hold only ints, strings and tuples, so the static book
+rebuilds its figures from them with no live objects (``paged_kv.viz.blocks``).
+
+:func:`paper_trace` replays the vLLM paper's Figures 6 and 7 (§4.3) through the real manager.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Hashable, Sequence
+
+from ..errors import BlockError
+from ..validate import count
+from .block_table import BlockTable
+from .manager import BlockSpaceManager
+
+# The free-list order under which the real manager hands out the figures' ids (see paper_trace).
+PAPER_FREE_ORDER = (7, 1, 3, 5, 2, 0, 4, 6, 8)
+
+
+@dataclass(frozen=True)
+class BlockState:
+    """One physical block at one moment.
+
+    Attributes:
+        block_id: physical id.
+        ref_count: block tables holding it (0 = free).
+        holders: ``(seq_id, logical index)`` of each table holding it (empty when free).
+        filled: tokens stored in it (0 when free).
+        labels: the text of those tokens, when the history knows it.
+    """
+
+    block_id: int
+    ref_count: int
+    holders: tuple[tuple[Hashable, int], ...] = ()
+    filled: int = 0
+    labels: tuple[str, ...] = ()
+
+    @property
+    def owner(self):
+        """The first sequence holding the block, or ``None`` if it is free."""
+        return self.holders[0][0] if self.holders else None
+
+    @property
+    def logical(self) -> int | None:
+        return self.holders[0][1] if self.holders else None
+
+
+@dataclass(frozen=True)
+class Event:
+    """What happened: ``kind`` is ``"start"``, ``"allocate"``, ``"append"``, ``"fork"`` or ``"free"``.
+
+    ``new_blocks``: ids taken from the free list; ``freed_blocks``: ids returned to it;
+    ``slots``: slots written; ``copies``: copy-on-write ``(src, dst)``; ``text``: a caption.
+    """
+
+    kind: str
+    seq_id: Hashable = None
+    new_blocks: tuple[int, ...] = ()
+    freed_blocks: tuple[int, ...] = ()
+    slots: tuple[int, ...] = ()
+    copies: tuple[tuple[int, int], ...] = ()
+    text: str = ""
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The whole pool after one event.
+
+    ``blocks[i]`` is physical block ``i``; ``tables[seq]`` is ``((logical, physical, filled), ...)``;
+    ``num_tokens[seq]`` the sequence's length; ``free_list`` the free ids in allocation order.
+    """
+
+    step: int
+    event: Event
+    block_size: int
+    blocks: tuple[BlockState, ...]
+    tables: dict = field(default_factory=dict)
+    num_tokens: dict = field(default_factory=dict)
+    free_list: tuple[int, ...] = ()
+
+    @property
+    def num_blocks(self) -> int:
+        return len(self.blocks)
+
+    @property
+    def used_blocks(self) -> int:
+        return sum(1 for b in self.blocks if b.ref_count > 0)
+
+    @property
+    def wasted_slots(self) -> int:
+        """Reserved but empty slots in used blocks (internal fragmentation), shared blocks once."""
+        return sum(self.block_size - b.filled for b in self.blocks if b.ref_count > 0)
+
+
+def snapshot(manager: BlockSpaceManager, step: int = 0, event: Event | None = None,
+             labels: dict | None = None) -> Snapshot:
+    """Record ``manager``'s state as plain data; ``labels[seq]`` are optional per-token texts."""
+    labels = labels or {}
+    bs = manager.block_size
+    holders: dict[int, list] = {}
+    filled: dict[int, int] = {}
+    texts: dict[int, tuple[str, ...]] = {}
+    tables, lengths = {}, {}
+    for s in manager.seq_ids:
+        table: BlockTable = manager.block_table(s)
+        tables[s] = tuple(table.entries())
+        lengths[s] = table.num_tokens
+        for logical, block_id, n in table.entries():
+            holders.setdefault(block_id, []).append((s, logical))
+            filled[block_id] = n
+            if s in labels and block_id not in texts:
+                texts[block_id] = tuple(str(x) for x in labels[s][logical * bs: logical * bs + n])
+    blocks = tuple(BlockState(b, manager.allocator.ref_count(b), tuple(holders.get(b, ())),
+                              filled.get(b, 0), texts.get(b, ())) for b in range(manager.num_blocks))
+    return Snapshot(step, event or Event("start"), bs, blocks, tables, lengths,
+                    tuple(manager.allocator.free_list()))
+
+
+class BlockHistory:
+    """Drives a :class:`BlockSpaceManager` and records a :class:`Snapshot` after every event.
+
+    ``snapshots[0]`` is the starting state.  Tokens may be given as text labels (words, characters)
+    so a figure can show what each slot holds; only their number matters to the manager.
+
+    Args:
+        manager: the real manager to drive (a fresh one is typical).
+
+    Errors come from the manager (``OutOfBlocksError``, ``BlockError``); a failed event records
+    nothing.
+    """
+
+    def __init__(self, manager: BlockSpaceManager) -> None:
+        self.manager = manager
+        self.labels: dict[Hashable, list[str]] = {}
+        self.snapshots: list[Snapshot] = [snapshot(manager)]
+
+    @property
+    def events(self) -> list[Event]:
+        return [s.event for s in self.snapshots]
+
+    def _record(self, event: Event) -> Snapshot:
+        snap = snapshot(self.manager, len(self.snapshots), event, self.labels)
+        self.snapshots.append(snap)
+        return snap
+
+    def allocate(self, seq_id, tokens: int | Sequence) -> Snapshot:
+        """A prompt: ``tokens`` is a length (an int >= 1) or the prompt's tokens (labels).
+
+        Raises ``BlockError`` for a length that is not an int ``>= 1`` (``-3``, ``2.7``)."""
+        if hasattr(tokens, "__iter__") and not hasattr(tokens, "__index__"):   # labels
+            toks = [str(t) for t in tokens]
+        else:                                                                 # a length
+            toks = [""] * count("a prompt length (tokens)", tokens, minimum=1, error=BlockError)
+        table = self.manager.allocate(seq_id, len(toks))
+        self.labels[seq_id] = toks
+        slots = tuple(self.manager.slot_mapping(seq_id))
+        return self._record(Event("allocate", seq_id, tuple(table.block_ids), (), slots, (),
+                                  f"{seq_id}: prompt of {len(toks)} tokens → blocks {list(table.block_ids)}"))
+
+    def append(self, seq_id, token="") -> Snapshot:
+        """A decode token for ``seq_id`` (``token``: its label).
+
+        A copy-on-write copy this causes is recorded in the event and stays queued in the manager
+        for whoever owns the cache (:func:`paged_kv.storage.prepare_paged_batch` takes it)."""
+        before = set(self.manager.block_table(seq_id).block_ids)
+        queued = len(self.manager.pending_copies)
+        slot = self.manager.append_slot(seq_id)
+        copies = self.manager.pending_copies[queued:]   # observed, left queued for the cache
+        self.labels.setdefault(seq_id, [""] * (self.manager.num_tokens(seq_id) - 1)).append(str(token))
+        new = tuple(b for b in self.manager.block_table(seq_id).block_ids if b not in before)
+        logical, offset = divmod(self.manager.num_tokens(seq_id) - 1, self.manager.block_size)
+        what = f"new block {new[0]}" if new and not copies else (
+            f"copy-on-write {copies[0][0]} → {copies[0][1]}" if copies else "no new block")
+        return self._record(Event("append", seq_id, new, (), (slot,), copies,
+                                  f"{seq_id}: token {token!r} → logical {logical}, offset {offset}, "
+                                  f"slot {slot} ({what})"))
+
+    def fork(self, parent_id, child_id) -> Snapshot:
+        self.manager.fork(parent_id, child_id)
+        self.labels[child_id] = list(self.labels.get(parent_id, []))
+        return self._record(Event("fork", child_id, text=f"{child_id}: forked from {parent_id}, sharing "
+                                  f"blocks {self.manager.block_table(child_id).block_ids}"))
+
+    def free(self, seq_id) -> Snapshot:
+        freed = tuple(self.manager.free(seq_id))
+        self.labels.pop(seq_id, None)
+        return self._record(Event("free", seq_id, (), freed, (), (),
+                                  f"{seq_id}: finished, blocks {list(freed)} back on the free list"))
+
+
+def paper_trace() -> BlockHistory:
+    """The vLLM paper's Figures 6 and 7 (§4.3), replayed by the real manager.
+
+    Block size 4, a pool of 9 blocks (the figures draw physical blocks 0..8), one word per token.
+    Figure 6: request A's prompt "Four score and seven years ago our" (7 tokens) lands on physical
+    blocks 7, 1; decoding "fathers" fills block 1; decoding "brought" takes block 3.  Figure 7:
+    request B, "It was the best of times" (6 tokens), lands on blocks 5, 2.  The paper does not say
+    in which order the pool handed them out; with the free list ``PAPER_FREE_ORDER`` the manager
+    produces exactly the figures' ids.
+    """
+    h = BlockHistory(BlockSpaceManager(9, 4, free_order=PAPER_FREE_ORDER))
+    h.allocate("A", "Four score and seven years ago our".split())
+    h.append("A", "fathers")
+    h.append("A", "brought")
+    h.allocate("B", "It was the best of times".split())
+    return h

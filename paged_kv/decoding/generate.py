@@ -1,0 +1,148 @@
+"""``generate``: autoregressive decoding of a batch of prompts, with or without a KV cache.
+
+Cache modes (each chapter adds one; the decoders live in :mod:`paged_kv.decoding.decoders`):
+
+* ``"recompute"`` (chapter 1): every step runs the model over the *whole* prefix again.  Step t
+  costs O(t) FLOPs per layer for the projections and O(t^2) for attention.
+* ``"contiguous"`` (chapter 2): a :class:`~paged_kv.storage.ContiguousKVCache`; one prefill over
+  the prompts, then each step feeds only the newest token and reads the cached K/V.
+* ``"paged"`` (chapter 5): the same through block tables.
+
+All modes must produce the same greedy tokens; the tests check it token for token.
+Prompts of different lengths are batched right-padded; each sequence generates exactly
+``max_new_tokens`` tokens (the byte-level model has no end-of-sequence token).
+"""
+
+from __future__ import annotations
+
+import operator
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import torch
+
+from ..defaults import BLOCK_SIZE
+from ..errors import ConfigError, PromptError
+from ..model.attention import check_backend
+from ..model.llama import TinyLlama
+from ..model.sampling import SamplingParams, sample
+from ..validate import count
+from .decoders import make_decoder
+
+__all__ = ["GenerationResult", "check_prompts", "generate"]
+
+
+@dataclass
+class GenerationResult:
+    """What :func:`generate` returns.
+
+    Attributes:
+        prompts: the prompt token ids.
+        tokens: the generated token ids of each sequence (``max_new_tokens`` each).
+        step_seconds: wall time of each step (step 0 is the prefill), in seconds.
+        logits: ``[steps, B, V]`` fp32 logits that chose each token, if ``keep_logits``.
+        cache_bytes: bytes of KV storage the run allocated (0 for recompute).
+    """
+
+    prompts: list[list[int]]
+    tokens: list[list[int]]
+    step_seconds: list[float] = field(default_factory=list)
+    logits: torch.Tensor | None = None
+    cache_bytes: int = 0
+
+    def texts(self, tokenizer, include_prompt: bool = True) -> list[str]:
+        """Decode each sequence (prompt + completion, or completion only) to text."""
+        return [tokenizer.decode((p if include_prompt else []) + t) for p, t in zip(self.prompts, self.tokens)]
+
+
+def _token_id(t) -> int:
+    """An integer token id (Python, NumPy or 0-d integer tensor); floats and bools raise TypeError."""
+    if isinstance(t, bool):
+        raise TypeError("bool is not a token id")
+    return operator.index(t)
+
+
+def check_prompts(model: TinyLlama, prompts, max_new_tokens: int) -> list[list[int]]:
+    """``prompts`` as lists of Python ints, checked against ``model``, and ``max_new_tokens``.
+
+    Raises:
+        PromptError: not a non-empty list of token-id lists, an empty prompt, a str, token ids
+            outside the vocabulary, or a prompt + ``max_new_tokens`` longer than ``max_seq_len``.
+        ConfigError: ``max_new_tokens`` is not an int >= 1 (numpy ints are fine).
+    """
+    if isinstance(prompts, (str, bytes)) or not isinstance(prompts, Sequence) or len(prompts) == 0:
+        raise PromptError(f"prompts must be a non-empty list of token-id lists, got {prompts!r:.80}")
+    max_new_tokens = count("max_new_tokens", max_new_tokens, 1)
+    out = []
+    for i, p in enumerate(prompts):
+        if isinstance(p, str):
+            raise PromptError(f"prompt {i} is a str; encode it first (tokenizer.encode), got {p!r:.40}")
+        try:
+            p = [_token_id(t) for t in p]
+        except TypeError:
+            raise PromptError(f"prompt {i} must hold integer token ids, got {list(p)[:8]!r}") from None
+        if not p:
+            raise PromptError(f"prompt {i} is empty; a prompt needs at least one token")
+        bad = [t for t in p if not 0 <= t < model.cfg.vocab_size]
+        if bad:
+            raise PromptError(f"prompt {i} has token ids outside 0..{model.cfg.vocab_size - 1}: {bad[:5]}")
+        if len(p) + max_new_tokens > model.cfg.max_seq_len:
+            raise PromptError(
+                f"prompt {i} has {len(p)} tokens; with max_new_tokens={max_new_tokens} it needs "
+                f"{len(p) + max_new_tokens} positions, more than max_seq_len={model.cfg.max_seq_len}")
+        out.append(p)
+    return out
+
+
+@torch.no_grad()
+def generate(model: TinyLlama, prompts: Sequence[Sequence[int]], max_new_tokens: int,
+             cache: str = "contiguous", sampling: SamplingParams | None = None,
+             generator: torch.Generator | None = None, backend: str = "torch",
+             keep_logits: bool = False,
+             on_step: Callable[[int, object], None] | None = None,
+             block_size: int = BLOCK_SIZE) -> GenerationResult:
+    """Decode ``max_new_tokens`` tokens after each prompt.
+
+    Args:
+        model: a :class:`TinyLlama` (eval mode).
+        prompts: B lists of token ids (lengths may differ).
+        max_new_tokens: tokens generated per sequence, >= 1.
+        cache: ``"recompute"``, ``"contiguous"`` or ``"paged"``.
+        sampling: default greedy; sampling needs ``generator``.
+        backend: ``"torch"`` or ``"triton"`` attention.
+        keep_logits: return the ``[steps, B, V]`` logits as well.
+        on_step: called as ``on_step(step, decoder)`` after each step (widgets use it).
+        block_size: tokens per block for ``cache="paged"`` (default :data:`~paged_kv.defaults.BLOCK_SIZE`,
+            vLLM's 16); ignored otherwise.
+
+    Raises:
+        PromptError: empty prompt list or prompt, bad token ids, too long for ``max_seq_len``.
+        ConfigError: unknown cache mode or backend, ``max_new_tokens < 1``.
+    """
+    prompts = check_prompts(model, prompts, max_new_tokens)
+    max_new_tokens = count("max_new_tokens", max_new_tokens, 1)
+    check_backend(backend)
+    sampling = SamplingParams() if sampling is None else sampling
+    if not isinstance(sampling, SamplingParams):
+        raise ConfigError(f"sampling must be a SamplingParams, got {type(sampling).__name__}: {sampling!r:.60}")
+    if not sampling.greedy and generator is None:  # fail before any work, not at step 0
+        raise ConfigError("sampling with temperature > 0 needs an explicit torch.Generator")
+    decoder = make_decoder(model, cache, backend, prompts, max_new_tokens, block_size)
+    sync = torch.cuda.synchronize if model.device.type == "cuda" else (lambda: None)
+    tokens: list[list[int]] = [[] for _ in prompts]
+    kept, times = [], []
+    for step in range(max_new_tokens):
+        t0 = time.perf_counter()
+        logits = decoder.prefill(prompts) if step == 0 else decoder.decode([t[-1] for t in tokens])
+        nxt = sample(logits, sampling, generator).tolist()
+        sync()
+        times.append(time.perf_counter() - t0)
+        for t, n in zip(tokens, nxt):
+            t.append(int(n))
+        if keep_logits:
+            kept.append(logits.detach().cpu())
+        if on_step is not None:
+            on_step(step, decoder)
+    return GenerationResult(prompts, tokens, times, torch.stack(kept) if keep_logits else None,
+                            decoder.cache_bytes)

@@ -1,0 +1,125 @@
+"""What one decoding step costs: measured time, counted FLOPs, and modelled bytes moved.
+
+Chapters 1 and 2 compare recompute decoding with a KV cache step by step.  Time is measured
+(``time.perf_counter``, with a CUDA sync on GPU).  FLOPs are *counted* from the operations that
+actually ran, with PyTorch's ``FlopCounterMode``; we add a counting rule for the CPU's fused
+attention op, which PyTorch does not count by itself.  :func:`forward_flops` is the independent
+formula the book checks the count against (Kaplan et al. 2020, §2.1: ~2 FLOPs per parameter per
+token, plus attention).  :func:`decode_step_bytes` models the memory traffic of a cached decode
+step: all weights plus all cached K/V, which is why a cache step is O(t), not O(1).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from ..model.config import ModelConfig
+from ..model.llama import TinyLlama
+from ..validate import count
+from .decoders import make_decoder
+from .generate import check_prompts
+
+__all__ = ["StepCost", "decode_step_bytes", "forward_flops", "profile_decoding"]
+
+
+@dataclass(frozen=True)
+class StepCost:
+    """One decoding step: ``context_len`` tokens in the sequence after it (prompt + generated)."""
+
+    step: int
+    context_len: int
+    new_tokens: int
+    seconds: float
+    flops: int
+
+
+def _sdpa_flops(q_shape, k_shape, v_shape, *args, **kwargs) -> int:
+    """FLOPs of fused attention ``[B, H, Tq, D] x [B, Hkv, Tk, D]``: QK^T and PV, 2 per MAC.
+
+    The fused op computes the full ``Tq x Tk`` score matrix and masks it, so that is what it
+    costs (no discount for causality).
+    """
+    b, h, tq, d = q_shape
+    tk = k_shape[2]
+    return 4 * b * h * tq * tk * d
+
+
+def _counter() -> FlopCounterMode:
+    mapping = {}
+    op = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
+    if op is not None:
+        mapping[op] = _sdpa_flops
+    return FlopCounterMode(display=False, custom_mapping=mapping)
+
+
+@torch.no_grad()
+def profile_decoding(model: TinyLlama, prompt: list[int], max_new_tokens: int, cache: str,
+                     backend: str = "torch", count_flops: bool = True, repeats: int = 3) -> list[StepCost]:
+    """Greedy-decode one prompt and record each step's cost.
+
+    Step 0 is the prefill (it processes the whole prompt).  Each step's time is the *minimum*
+    over ``repeats`` identical runs: on a shared machine other work only ever adds time, so the
+    minimum is the best estimate of the step's own cost.  FLOPs are counted in one further,
+    untimed run (the counter slows execution down) when ``count_flops``.
+
+    Raises the same errors as :func:`paged_kv.decoding.generate`, and ``ConfigError`` for
+    ``repeats < 1``.
+    """
+    prompts = check_prompts(model, [prompt], max_new_tokens)
+    max_new_tokens = count("max_new_tokens", max_new_tokens, 1)
+    repeats = count("repeats", repeats, 1)
+    sync = torch.cuda.synchronize if model.device.type == "cuda" else (lambda: None)
+
+    def run(count: bool):
+        dec = make_decoder(model, cache, backend, prompts, max_new_tokens)
+        last, seconds, flops = None, [], []
+        for step in range(max_new_tokens):
+            t0 = time.perf_counter()
+            if count:
+                with _counter() as fc:
+                    logits = dec.prefill(prompts) if step == 0 else dec.decode([last])
+                flops.append(fc.get_total_flops())
+            else:
+                logits = dec.prefill(prompts) if step == 0 else dec.decode([last])
+            sync()
+            seconds.append(time.perf_counter() - t0)
+            last = int(logits.argmax(-1)[0])
+        return seconds, flops
+
+    times = [run(False)[0] for _ in range(repeats)]
+    flops = run(True)[1] if count_flops else [0] * max_new_tokens
+    out = []
+    for step in range(max_new_tokens):
+        ctx = len(prompt) + step
+        new = len(prompt) if step == 0 or cache == "recompute" else 1
+        out.append(StepCost(step, ctx, ctx if cache == "recompute" else new,
+                            min(t[step] for t in times), flops[step]))
+    return out
+
+
+def forward_flops(cfg: ModelConfig, new_tokens: int, context_len: int) -> int:
+    """Matmul FLOPs of one forward pass over ``new_tokens`` tokens that attend to ``context_len``.
+
+    ``2 * new_tokens * (matmul parameters)`` for the projections, MLP and LM head, plus
+    ``4 * L * H * D * new_tokens * context_len`` for ``QK^T`` and ``PV``.  Recompute step t has
+    ``new_tokens = context_len = t``; a cached decode step has ``new_tokens = 1``.
+    """
+    d, hd, L = cfg.hidden_size, cfg.head_dim, cfg.num_layers
+    per_layer = (d * cfg.num_heads * hd + 2 * d * cfg.num_kv_heads * hd + cfg.num_heads * hd * d
+                 + 3 * d * cfg.intermediate_size)
+    matmul_params = L * per_layer + cfg.vocab_size * d  # + LM head (embedding lookup is free)
+    return 2 * new_tokens * matmul_params + 4 * L * cfg.num_heads * hd * new_tokens * context_len
+
+
+def decode_step_bytes(cfg: ModelConfig, context_len: int, dtype_bytes: int) -> dict[str, int]:
+    """Bytes a cached decode step must read from memory: every weight once, every cached K/V once.
+
+    Returns ``{"weights": ..., "kv_cache": ...}`` in bytes.  The K/V part is
+    ``2 * L * Hkv * D * context_len * dtype_bytes``: it grows linearly with the context.
+    """
+    kv = 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * context_len * dtype_bytes
+    return {"weights": cfg.num_parameters() * dtype_bytes, "kv_cache": kv}

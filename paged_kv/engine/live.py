@@ -1,0 +1,134 @@
+"""The live block panel's serving loop (chapter 5): requests come and go over one shared pool.
+
+:class:`LiveRequests` serves requests with the tiny model through the real machinery: a
+:class:`~paged_kv.blocks.BlockSpaceManager` (driven through a :class:`~paged_kv.blocks.BlockHistory`,
+which records every event) decides the slots, a :class:`~paged_kv.storage.PagedKVCache` holds
+the K/V, and :func:`~paged_kv.storage.prepare_paged_batch` / :func:`~paged_kv.storage.run_paged_batch`
+run the model through the block tables.  Each request is prefilled when it arrives; each
+"decode step" feeds every running request its pending token (greedy).
+
+The panel around it (buttons, figure) is :func:`paged_kv.widgets.blocks.block_panel`; the serving
+engine of the later chapters grows from this loop.
+"""
+
+from __future__ import annotations
+
+from ..blocks import BlockHistory, BlockSpaceManager
+from ..errors import BlockError, PromptError
+from ..storage import PagedKVCache, prepare_paged_batch, run_paged_batch
+from ..validate import count
+
+__all__ = ["LiveRequests"]
+
+
+class LiveRequests:
+    """Requests served by the tiny model over one shared pool of KV blocks.
+
+    Args:
+        model: a :class:`~paged_kv.model.TinyLlama`, or ``None`` to run the bookkeeping alone (every
+            generated token is then shown as ``"·"``).
+        tokenizer: turns token ids into the labels drawn in the slots (needed with a model).
+        num_blocks, block_size: the pool (NB blocks of BS token slots).
+        backend: ``"torch"`` or ``"triton"`` attention.
+
+    Raises:
+        OutOfBlocksError: (from the manager) a prompt does not fit the free blocks; nothing changes.
+        PromptError: an empty prompt, a length that is not an int ``>= 1``, or a prompt longer
+            than the model's ``max_seq_len``.
+        BlockError: :meth:`text` or :meth:`finish` of a request that is not running.
+    """
+
+    def __init__(self, model=None, tokenizer=None, num_blocks: int = 24, block_size: int = 8,
+                 backend: str = "torch") -> None:
+        self.model, self.tokenizer, self.backend = model, tokenizer, backend
+        self.history = BlockHistory(BlockSpaceManager(num_blocks, block_size))
+        self.cache = None
+        if model is not None:
+            self.cache = PagedKVCache(model.cfg, num_blocks=num_blocks, block_size=block_size,
+                                      dtype=model.dtype, device=model.device)
+        self.pending: dict[int, int] = {}     # per running request: sampled, not yet cached token
+        self.tokens: dict[int, list[int]] = {}
+        self._next_id = 0
+
+    @property
+    def manager(self) -> BlockSpaceManager:
+        return self.history.manager
+
+    @property
+    def running(self) -> list[int]:
+        return self.manager.seq_ids
+
+    def _label(self, token: int) -> str:
+        return self.tokenizer.decode([token]) if self.tokenizer is not None else "·"
+
+    def add(self, prompt: str | int) -> int:
+        """Admit a request (prompt text, or a number of tokens) and prefill it; returns its id."""
+        if isinstance(prompt, str):
+            ids = self.tokenizer.encode(prompt) if self.tokenizer is not None else [0] * len(prompt)
+            labels = list(prompt) if self.tokenizer is None else [self._label(t) for t in ids]
+            if not ids:
+                raise PromptError(f"the prompt {prompt!r} has no tokens; a request needs >= 1")
+        else:
+            n = count("a prompt length (tokens)", prompt, minimum=1, error=PromptError)
+            ids, labels = [ord(" ")] * n, [""] * n
+        if self.model is not None and len(ids) >= self.model.cfg.max_seq_len:
+            raise PromptError(f"a prompt of {len(ids)} tokens leaves no room below the model's "
+                              f"max_seq_len {self.model.cfg.max_seq_len}")
+        seq = self._next_id
+        self.history.allocate(seq, labels)           # raises OutOfBlocksError before any change
+        self._next_id += 1
+        self.tokens[seq] = list(ids)
+        self.pending[seq] = self._forward([seq], [ids], "prefill")[0]
+        return seq
+
+    def step(self) -> list[str]:
+        """One decode step for every running request that can get a slot; returns notes on those
+        that could not (out of blocks: they wait, as a scheduler without preemption would)."""
+        ran, notes = [], []
+        for seq in self.running:
+            if self.model is not None and self.manager.num_tokens(seq) >= self.model.cfg.max_seq_len:
+                notes.append(f"request {seq} is at the model's max_seq_len; finish it")
+                continue
+            if not self.manager.can_append(seq):
+                notes.append(f"request {seq} waits: needs {self.manager.blocks_to_append(seq)} "
+                             f"block, {self.manager.num_free_blocks} free")
+                continue
+            token = self.pending[seq]
+            self.history.append(seq, self._label(token))   # a slot (copy-on-write stays queued)
+            self.tokens[seq].append(token)
+            ran.append(seq)
+        if ran:
+            nxt = self._forward(ran, [[self.tokens[s][-1]] for s in ran], "decode")
+            self.pending.update(zip(ran, nxt))
+        return notes
+
+    def finish(self, seq: int) -> None:
+        """The request is done: its blocks go back to the free list."""
+        self._running(seq)
+        self.history.free(seq)
+        self.pending.pop(seq, None)
+        self.tokens.pop(seq, None)
+
+    def text(self, seq: int) -> str:
+        """Prompt and generated text of running request ``seq`` (its pending token included)."""
+        seq = self._running(seq)
+        toks = self.tokens[seq] + [self.pending[seq]]
+        return self.tokenizer.decode(toks) if self.tokenizer is not None else ""
+
+    def _running(self, seq) -> int:
+        try:
+            running = not isinstance(seq, bool) and seq in self.tokens
+        except TypeError:           # unhashable, e.g. a list
+            running = False
+        if not running:
+            raise BlockError(f"request {seq!r} is not running (running: {self.running})")
+        return seq
+
+    def _forward(self, seqs: list[int], ids: list[list[int]], phase: str) -> list[int]:
+        """Run the model on the new tokens of ``seqs`` (all already have their slots); greedy next
+        tokens.  Without a model, the queued copy-on-write copies are dropped (nothing to copy)."""
+        batch = prepare_paged_batch(self.manager, seqs, ids, phase,
+                                    self.model.device if self.model is not None else None)
+        if self.model is None:
+            return [0] * len(seqs)
+        return run_paged_batch(self.model, self.cache, batch, self.backend).argmax(-1).tolist()

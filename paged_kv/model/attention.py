@@ -1,0 +1,107 @@
+"""How one forward pass attends: the per-batch metadata, and the choice of attention backend.
+
+A forward pass is either a **prefill** (the prompt's tokens, all at once, causal attention
+among themselves) or a **decode** step (one new token per sequence, attending to everything
+cached so far).  :class:`AttentionMetadata` says which, and carries what the caches and kernels
+need: positions (for RoPE and the contiguous cache's rows), sequence lengths, and for the paged
+cache the slot mapping and block tables (vLLM's names for the same data, vLLM paper §4.3).
+
+Backends: ``"torch"`` runs PyTorch's own attention (``scaled_dot_product_attention`` for a
+prefill, the plain reference in ``kernels`` for a decode step); ``"triton"`` runs our Triton
+kernels (compiled on CUDA, interpreted on CPU).  Both must give the same tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from kernels import decode_attention as decode_kernel
+from kernels import prefill_attention as prefill_kernel
+
+from ..errors import ConfigError, TensorError
+
+BACKENDS = ("torch", "triton")
+
+
+def check_backend(backend: str) -> str:
+    """Return ``backend`` if it is ``"torch"`` or ``"triton"``, else raise ``ConfigError``."""
+    if backend not in BACKENDS:
+        raise ConfigError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    return backend
+
+
+@dataclass
+class AttentionMetadata:
+    """What the attention layers need to know about one forward pass of ``[B, T]`` tokens.
+
+    Attributes:
+        phase: ``"prefill"`` (T >= 1 prompt tokens starting at position 0) or ``"decode"``
+            (T == 1, one new token per sequence).
+        positions: ``[B, T]`` int64, absolute position of each token (RoPE angle; the
+            contiguous cache's row).
+        seq_lens: ``[B]`` int32. Prefill: valid tokens of each right-padded row. Decode: tokens
+            in the sequence *including* the new one (how many cached tokens to attend to).
+        slot_mapping: ``[B, T]`` int64 or ``None``; paged cache only: the physical slot
+            (``block_id * block_size + offset``) each new token is written to, ``-1`` = padding.
+        block_tables: ``[B, max_blocks]`` int32 or ``None``; paged cache only.
+    """
+
+    phase: str
+    positions: torch.Tensor
+    seq_lens: torch.Tensor
+    slot_mapping: torch.Tensor | None = None
+    block_tables: torch.Tensor | None = None
+
+    def __post_init__(self) -> None:
+        if self.phase not in ("prefill", "decode"):
+            raise ConfigError(f"phase must be 'prefill' or 'decode', got {self.phase!r}")
+        if self.positions.dim() != 2:
+            raise TensorError(f"positions must be [B, T], got shape {tuple(self.positions.shape)}")
+        if self.phase == "decode" and self.positions.shape[1] != 1:
+            raise TensorError(f"decode takes one token per sequence, got T={self.positions.shape[1]}")
+
+    @property
+    def valid_mask(self) -> torch.Tensor:
+        """``[B, T]`` bool: which of the batch's tokens are real (not right padding)."""
+        if self.phase == "decode":
+            return torch.ones_like(self.positions, dtype=torch.bool)
+        T = self.positions.shape[1]
+        return torch.arange(T, device=self.positions.device)[None, :] < self.seq_lens.long()[:, None]
+
+    @classmethod
+    def for_prefill(cls, prompt_lens: torch.Tensor, T: int, **paged) -> "AttentionMetadata":
+        """Metadata for right-padded prompts of lengths ``prompt_lens [B]`` in a ``[B, T]`` batch."""
+        B = prompt_lens.shape[0]
+        device = prompt_lens.device
+        positions = torch.arange(T, device=device).expand(B, T)
+        return cls("prefill", positions, prompt_lens.to(torch.int32), **paged)
+
+    @classmethod
+    def for_decode(cls, seq_lens: torch.Tensor, **paged) -> "AttentionMetadata":
+        """Metadata for one new token per sequence; ``seq_lens`` counts the new token too."""
+        positions = (seq_lens.long() - 1)[:, None]
+        return cls("decode", positions, seq_lens.to(torch.int32), **paged)
+
+
+def prefill_attention(q, k, v, seq_lens, backend: str):
+    """Causal attention over fresh prompt tokens: ``q [B,T,H,D]``, ``k, v [B,T,Hkv,D]``."""
+    if check_backend(backend) == "triton":
+        return prefill_kernel.prefill_attention(q, k, v, seq_lens)
+    # PyTorch's fused attention. Padding keys are masked; padded query rows still see key 0,
+    # so no row is fully masked (which would give NaN). Their output is ignored anyway.
+    B, T = q.shape[:2]
+    pos = torch.arange(T, device=q.device)
+    mask = (pos[None, :] <= pos[:, None])[None] & (pos[None, None, :] < seq_lens.long()[:, None, None])
+    out = torch.nn.functional.scaled_dot_product_attention(
+        q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_mask=mask[:, None],
+        enable_gqa=q.shape[2] != k.shape[2])  # (B, H, T, D)
+    return out.transpose(1, 2)
+
+
+def decode_attention(q, k_cache, v_cache, seq_lens, backend: str):
+    """One decode step against a contiguous cache layer: ``q [B,H,D]``, caches ``[B,T_max,Hkv,D]``."""
+    if check_backend(backend) == "triton":
+        return decode_kernel.decode_attention(q, k_cache, v_cache, seq_lens)
+    return decode_kernel.decode_attention_reference(q, k_cache, v_cache, seq_lens)

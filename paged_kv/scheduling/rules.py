@@ -1,0 +1,86 @@
+"""The scheduling rules, named: which waiting request is admitted, which running one is preempted.
+
+The simulator of chapter 4 (:func:`paged_kv.sim.simulate`) calls these now; the serving engine
+of the later chapters calls the same functions, so the two cannot drift apart.  Pure Python.
+
+They follow vLLM's scheduler as the paper describes it (Kwon et al., SOSP 2023, §4.5):
+
+* **First come, first served.**  Requests wait in arrival order.  Admission looks at the head of
+  the queue only: if the head cannot be admitted, nobody behind it is (head-of-line blocking),
+  so a long prompt is never starved by short ones.  A preempted request goes back to the *front*
+  (:func:`requeue_preempted`): it arrived before everything still waiting.
+* **Preempt the latest arrival.**  When the running requests need more blocks than are free,
+  the one that arrived last is evicted first (:func:`preemption_victim`); §4.5 serves the
+  earliest arrivals first and preempts the latest first.
+* **No admission in a step that preempted** (:func:`may_admit`): memory was just short, so
+  admitting a new prompt would only evict someone again.
+* **Caps per step**: at most ``max_num_seqs`` running requests (vLLM's default 256,
+  :data:`paged_kv.defaults.MAX_NUM_SEQS`) and, optionally, at most ``max_prefill_tokens``
+  prompt tokens admitted in one step; the first admission of a step is always allowed, so a prompt
+  longer than the cap still runs.
+
+Whether the *memory* fits is not a rule of the scheduler: the memory policy or block manager
+answers that ("can I?"), after :func:`may_admit` says yes.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Callable, Hashable, Sequence, TypeVar
+
+from ..errors import ConfigError
+
+__all__ = ["may_admit", "preemption_victim", "requeue_preempted"]
+
+R = TypeVar("R", bound=Hashable)
+
+
+def preemption_victim(running: Sequence[R], arrival: Callable[[R], object] | None = None) -> R:
+    """The running request to preempt: the one that arrived last.
+
+    Args:
+        running: the running requests (any order).
+        arrival: key giving each request's arrival (time or sequence number); ``None``: the
+            requests themselves are arrival numbers (the simulator numbers requests in order of
+            arrival).  Ties go to the later one in ``running``.
+
+    Raises:
+        ConfigError: nothing is running (there is nobody to preempt).
+    """
+    if not running:
+        raise ConfigError("no running request to preempt")
+    key = (lambda r: r) if arrival is None else arrival
+    victim = running[0]
+    for r in running[1:]:
+        if key(r) >= key(victim):
+            victim = r
+    return victim
+
+
+def requeue_preempted(waiting: deque, request) -> None:
+    """Put a preempted request back at the *front* of the waiting queue (it is older than every
+    request still waiting, so FCFS serves it first)."""
+    waiting.appendleft(request)
+
+
+def may_admit(preempted_this_step: bool, num_running: int, max_num_seqs: int,
+              admitted_this_step: int, prefill_tokens_this_step: int, prompt_tokens: int,
+              max_prefill_tokens: int | None) -> bool:
+    """Whether the scheduler may admit the head of the waiting queue now (memory aside).
+
+    Args:
+        preempted_this_step: a running request was preempted in this step.
+        num_running: requests running now; ``max_num_seqs``: the cap on them.
+        admitted_this_step: requests already admitted in this step.
+        prefill_tokens_this_step: prompt tokens those admissions brought.
+        prompt_tokens: the head's prompt (after a recompute preemption: all its tokens so far).
+        max_prefill_tokens: cap on prompt tokens admitted per step (``None``: no cap).
+
+    Returns ``False`` when any rule says no; the caller then stops admitting in this step (FCFS,
+    head-of-line blocking).
+    """
+    if preempted_this_step or num_running >= max_num_seqs:
+        return False
+    if max_prefill_tokens is None or admitted_this_step == 0:
+        return True
+    return prefill_tokens_this_step + prompt_tokens <= max_prefill_tokens

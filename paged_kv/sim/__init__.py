@@ -1,0 +1,28 @@
+"""The simulator layer (chapter 4): where contiguous allocation wastes KV memory, and what paging
+recovers, over request traces shaped like the vLLM paper's.  Pure Python and numpy, no torch.
+
+* :mod:`~paged_kv.sim.traces`: :class:`Trace`, Poisson arrivals, ShareGPT-/Alpaca-like lengths;
+* :mod:`~paged_kv.sim.policy`: :class:`MemoryPolicy`, the interface, and the paper's Fig. 2
+  categories :data:`CATEGORIES`;
+* :mod:`~paged_kv.sim.policies`: Orca-Max/Pow2/Oracle (contiguous regions) and paged blocks;
+* :mod:`~paged_kv.sim.simulator`: :func:`simulate`, the iteration-level loop (its scheduling rules
+  come from :mod:`paged_kv.scheduling`), :class:`IterationTime`;
+* :mod:`~paged_kv.sim.result`: :class:`SimResult`, what a run records, and its averages;
+* :mod:`~paged_kv.sim.paper_setup`: the paper's OPT-13B/A100 set-up and printed numbers.
+"""
+
+from .paper_setup import A100_40GB, PAPER_RESULTS, PAPER_SETUP, ServingSetup, comparison_rows, format_table
+from .policies import POLICIES, ContiguousPolicy, OrcaMax, OrcaOracle, OrcaPow2, PagedPolicy, make_policy
+from .policy import CATEGORIES, MemoryPolicy
+from .result import STEP_FIELDS, Layout, SimResult
+from .simulator import IterationTime, simulate
+from .traces import (ALPACA_LIKE, LENGTH_MODELS, SHAREGPT_LIKE, LengthModel, Trace, length_model, load_trace,
+                     poisson_arrivals, synthetic_trace, trace_from_rows)
+
+__all__ = [
+    "A100_40GB", "ALPACA_LIKE", "CATEGORIES", "ContiguousPolicy", "IterationTime", "LENGTH_MODELS", "Layout",
+    "LengthModel", "MemoryPolicy", "OrcaMax", "OrcaOracle", "OrcaPow2", "PAPER_RESULTS", "PAPER_SETUP",
+    "POLICIES", "PagedPolicy", "SHAREGPT_LIKE", "STEP_FIELDS", "ServingSetup", "SimResult", "Trace",
+    "comparison_rows", "format_table", "length_model", "load_trace", "make_policy", "poisson_arrivals",
+    "simulate", "synthetic_trace", "trace_from_rows",
+]

@@ -1,0 +1,169 @@
+"""``PagedKVCache``: one pool of fixed-size blocks per layer, read and written through block tables.
+
+Storage only, as in vLLM (paper §4.1-4.3): the cache does not know which sequence owns which
+block.  The bookkeeping half (:class:`paged_kv.blocks.BlockSpaceManager`) decides that and hands
+over a **slot mapping** (where each new token's K/V goes) and **block tables** (where each
+sequence's tokens are); this class writes with :func:`kernels.cache_ops.store_kv` and reads with
+:func:`kernels.paged_attention.paged_decode_attention` (or their PyTorch references).
+
+Layout per layer: ``k_cache[layer]``, ``v_cache[layer]`` of shape ``[NB, BS, Hkv, D]``, the
+layout of vLLM's flash-attention backend (token-major inside a block, so one token's heads are
+contiguous and a slot's ``Hkv * D`` elements are written in one piece).
+
+Legend: B batch, T tokens, H query heads, Hkv kv heads, D head_dim, L layers, NB blocks,
+BS block size (tokens per block).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from kernels import cache_ops, paged_attention
+
+from ..defaults import BLOCK_SIZE
+from ..errors import CacheError, ConfigError, TensorError
+from ..memory import kv_bytes_per_token
+from ..model.attention import AttentionMetadata, check_backend
+from ..model.config import ModelConfig
+from ..validate import count
+
+__all__ = ["KV_DTYPE_NAMES", "PagedKVCache"]
+
+# torch dtype -> the name paged_kv.memory prices it under.
+KV_DTYPE_NAMES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
+
+
+class PagedKVCache:
+    """Per layer, a pool of ``num_blocks`` blocks of ``block_size`` token slots for K and for V.
+
+    Args:
+        cfg: the model's config (layers, kv heads, head_dim).
+        num_blocks: physical blocks per layer (NB); block ``i`` of every layer belongs to the
+            same tokens, so one block id serves all layers (as in vLLM).
+        block_size: token slots per block (BS).
+        dtype, device: of the cache tensors (must match the model's activations).
+
+    Memory: ``2 * L * NB * BS * Hkv * D * dtype_bytes`` bytes, allocated up front (zeros);
+    :attr:`nbytes` reports it from the real tensors, :attr:`bytes_per_block` per block id.
+
+    Raises:
+        ConfigError: a non-positive size, or a dtype the ledger cannot price.
+        TensorError: K/V or queries of the wrong dtype, device or shape; metadata without a
+            slot mapping or block tables.
+        CacheError: a slot outside the pool.
+    """
+
+    def __init__(self, cfg: ModelConfig, num_blocks: int, block_size: int = BLOCK_SIZE,
+                 dtype: torch.dtype = torch.float32, device=None) -> None:
+        self.cfg = cfg
+        self.num_blocks = count("num_blocks", num_blocks, 1)
+        self.block_size = count("block_size", block_size, 1)
+        if dtype not in KV_DTYPE_NAMES:
+            raise ConfigError(f"cache dtype must be one of {list(KV_DTYPE_NAMES)}, got {dtype}")
+        self.dtype, self.device = dtype, torch.device(device or "cpu")
+        shape = (self.num_blocks, self.block_size, cfg.num_kv_heads, cfg.head_dim)    # (NB, BS, Hkv, D)
+        self.k_cache = [torch.zeros(shape, dtype=dtype, device=self.device) for _ in range(cfg.num_layers)]
+        self.v_cache = [torch.zeros(shape, dtype=dtype, device=self.device) for _ in range(cfg.num_layers)]
+
+    @classmethod
+    def from_memory_budget(cls, cfg: ModelConfig, budget_bytes: int, block_size: int = BLOCK_SIZE,
+                           dtype: torch.dtype = torch.float32, device=None) -> "PagedKVCache":
+        """As many whole blocks as fit in ``budget_bytes`` (bytes, over all layers, K and V).
+
+        One block costs ``block_size * kv_bytes_per_token`` (:func:`paged_kv.memory.kv_bytes_per_token`),
+        so ``num_blocks = budget_bytes // that``; the leftover (less than a block) stays unused.
+
+        Raises:
+            ConfigError: ``budget_bytes`` is not an int number of bytes (a float such as ``1e6``
+                is refused: write ``10**6`` or ``1_000_000``), or is smaller than one block.
+        """
+        block_size = count("block_size", block_size, 1)
+        if dtype not in KV_DTYPE_NAMES:
+            raise ConfigError(f"cache dtype must be one of {list(KV_DTYPE_NAMES)}, got {dtype}")
+        per_block = block_size * kv_bytes_per_token(cfg, KV_DTYPE_NAMES[dtype])
+        try:
+            budget_bytes = count("budget_bytes", budget_bytes, 0)
+        except ConfigError:
+            raise ConfigError(f"budget_bytes must be an int number of bytes (e.g. 10**6 or "
+                              f"1_000_000, not 1e6), got {budget_bytes!r}") from None
+        if budget_bytes < per_block:
+            raise ConfigError(f"a budget of {budget_bytes!r} bytes holds no block: one block of "
+                              f"{block_size} tokens takes {per_block:,} bytes")
+        return cls(cfg, budget_bytes // per_block, block_size, dtype, device)
+
+    # --- sizes -----------------------------------------------------------------------------
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by all K and V tensors of all layers (what ``torch`` allocated)."""
+        return sum(t.numel() * t.element_size() for t in self.k_cache + self.v_cache)
+
+    @property
+    def bytes_per_block(self) -> int:
+        """Bytes one block id costs over all layers, K and V: ``nbytes / num_blocks``."""
+        return self.nbytes // self.num_blocks
+
+    @property
+    def num_slots(self) -> int:
+        """Token slots in the pool: ``num_blocks * block_size``."""
+        return self.num_blocks * self.block_size
+
+    # --- writes ----------------------------------------------------------------------------
+    def store(self, layer: int, k: torch.Tensor, v: torch.Tensor, meta: AttentionMetadata,
+              backend: str = "torch") -> None:
+        """Write this step's ``k, v [B, T, Hkv, D]`` to the slots ``meta.slot_mapping [B, T]``.
+
+        ``-1`` in the slot mapping marks padding (not written).  ``backend="triton"`` uses the
+        :func:`~kernels.cache_ops.store_kv` kernel, ``"torch"`` its PyTorch reference.
+        """
+        check_backend(backend)
+        slots = self._slot_mapping(meta, k)
+        cache_k, cache_v = self.k_cache[layer], self.v_cache[layer]
+        if k.dtype != self.dtype or k.device != cache_k.device or v.dtype != k.dtype:
+            raise TensorError(f"K/V are {k.dtype}/{v.dtype} on {k.device}, the cache is {self.dtype} on {cache_k.device}")
+        if k.dim() != 4 or v.shape != k.shape or k.shape[2:] != cache_k.shape[2:]:
+            raise TensorError(f"K/V shapes {tuple(k.shape)}, {tuple(v.shape)} do not fit "
+                              f"[B, T, Hkv={self.cfg.num_kv_heads}, D={self.cfg.head_dim}]")
+        k, v, slots = k.flatten(0, 1), v.flatten(0, 1), slots.flatten()     # (B*T, Hkv, D), (B*T,)
+        if backend == "triton":
+            cache_ops.store_kv(k, v, cache_k, cache_v, slots)
+            return
+        cache_ops.store_kv_reference(k, v, cache_k, cache_v, slots)
+
+    def copy_blocks(self, copies: list[tuple[int, int]]) -> None:
+        """Copy whole blocks ``src -> dst`` in every layer (copy-on-write, vLLM paper §4.4).
+
+        ``copies`` is what :meth:`paged_kv.blocks.BlockSpaceManager.take_copies` returns.
+        """
+        if not copies:
+            return
+        src = torch.tensor([s for s, _ in copies], device=self.device)
+        dst = torch.tensor([d for _, d in copies], device=self.device)
+        if int(torch.cat([src, dst]).min()) < 0 or int(torch.cat([src, dst]).max()) >= self.num_blocks:
+            raise CacheError(f"block copies {copies} leave the pool's blocks 0..{self.num_blocks - 1}")
+        for cache in self.k_cache + self.v_cache:
+            cache[dst] = cache[src]
+
+    # --- reads -----------------------------------------------------------------------------
+    def decode_attention(self, layer: int, q: torch.Tensor, meta: AttentionMetadata, backend: str) -> torch.Tensor:
+        """Attention of ``q [B, H, D]`` over each sequence's ``meta.seq_lens[b]`` cached tokens,
+        found through ``meta.block_tables [B, max_blocks]``.  Returns ``[B, H, D]``."""
+        if meta.block_tables is None:
+            raise TensorError("the paged cache needs meta.block_tables ([B, max_blocks] int32)")
+        args = (q, self.k_cache[layer], self.v_cache[layer], meta.block_tables, meta.seq_lens)
+        if check_backend(backend) == "triton":
+            return paged_attention.paged_decode_attention(*args)
+        return paged_attention.paged_decode_attention_reference(*args)
+
+    def _slot_mapping(self, meta: AttentionMetadata, k: torch.Tensor) -> torch.Tensor:
+        slots = meta.slot_mapping
+        if slots is None:
+            raise TensorError("the paged cache needs meta.slot_mapping ([B, T] int64, -1 = padding)")
+        if slots.dtype != torch.int64 or tuple(slots.shape) != tuple(k.shape[:2]):
+            raise TensorError(f"slot_mapping must be int64 [B, T] = {list(k.shape[:2])}, "
+                              f"got {slots.dtype} {list(slots.shape)}")
+        return slots
+
+    def __repr__(self) -> str:
+        return (f"PagedKVCache(layers={self.cfg.num_layers}, num_blocks={self.num_blocks}, "
+                f"block_size={self.block_size}, Hkv={self.cfg.num_kv_heads}, D={self.cfg.head_dim}, "
+                f"{str(self.dtype).replace('torch.', '')}, {self.nbytes:,} bytes)")

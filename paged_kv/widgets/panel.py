@@ -1,0 +1,47 @@
+"""What every live panel shares: where to draw (a ``FigureWidget`` or an ``Output``), and whether
+to show the panel at all (not in the static book, which has no kernel).
+"""
+
+from __future__ import annotations
+
+import ipywidgets as w
+import plotly.graph_objects as go
+from IPython.display import Markdown, display
+
+from ..viz import is_static_build
+
+__all__ = ["figure_widget_or_output", "show_live"]
+
+
+def figure_widget_or_output(fig, use_figure_widget: bool | None = None):
+    """``(figure, output)`` for a live panel: a ``go.FigureWidget`` updated in place, or, where
+    FigureWidget cannot run (plotly >= 6 needs anywidget), the plain figure and an
+    ``ipywidgets.Output`` to redraw it into (``output`` is then not ``None``).
+
+    ``use_figure_widget``: ``None`` tries and falls back, ``True`` requires it (re-raising its
+    error), ``False`` always redraws into an Output.
+    """
+    if use_figure_widget is not False:
+        try:
+            return go.FigureWidget(fig), None
+        except Exception:
+            if use_figure_widget:
+                raise
+    return fig, w.Output()
+
+
+def show_live(panel, what: str = "This panel") -> bool:
+    """Display a live ipywidgets panel when a reader's kernel runs; returns whether it did.
+
+    ``panel`` is the widget, or better a zero-argument function that builds it: in the static
+    book the function is never called, so no widget (and no copy of plotly.js that a
+    ``FigureWidget`` would store in the notebook) ends up in the page.  There a short note says
+    where the live version runs instead.
+    """
+    if is_static_build():
+        display(Markdown(f"*{what} is live when you run this chapter in Jupyter or Colab "
+                         "(launch button at the top of the page); the figure below is its "
+                         "static replay.*"))
+        return False
+    display(panel() if callable(panel) else panel)
+    return True

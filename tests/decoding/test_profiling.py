@@ -1,0 +1,58 @@
+"""Profiling (paged_kv.decoding.profiling): counted FLOPs against the formula, the byte model
+against the ledger, the step records, and the argument checks."""
+
+import pytest
+
+from paged_kv.decoding import decode_step_bytes, forward_flops, profile_decoding
+from paged_kv.errors import ConfigError, PromptError
+from paged_kv.memory import kv_bytes_per_token
+
+PROMPT = [3, 1, 4, 1, 5]
+
+
+def _by_hand(cfg, new, ctx):
+    """The formula written out: projections, MLP and LM head at 2 FLOPs per weight per token, plus
+    QK^T and PV at 2 * D FLOPs per (query, key) pair per head per layer, each."""
+    C, D, H, Hkv, L = cfg.hidden_size, cfg.head_dim, cfg.num_heads, cfg.num_kv_heads, cfg.num_layers
+    weights = L * (C * H * D + 2 * C * Hkv * D + H * D * C + 3 * C * cfg.intermediate_size) + cfg.vocab_size * C
+    return 2 * new * weights + L * H * 2 * (2 * D) * new * ctx
+
+
+def test_forward_flops_is_the_formula(small_cfg):
+    for new, ctx in [(1, 1), (1, 100), (7, 7), (30, 30)]:
+        assert forward_flops(small_cfg, new, ctx) == _by_hand(small_cfg, new, ctx)
+
+
+def test_counted_flops_equal_the_formula_for_recompute_and_the_cache(small_model):
+    cfg = small_model.cfg
+    rec = profile_decoding(small_model, PROMPT, 4, "recompute", repeats=1)
+    con = profile_decoding(small_model, PROMPT, 4, "contiguous", repeats=1)
+    assert [s.context_len for s in rec] == [5, 6, 7, 8]
+    assert [s.new_tokens for s in rec] == [5, 6, 7, 8] and [s.new_tokens for s in con] == [5, 1, 1, 1]
+    # recompute: the fused attention computes the full masked t x t scores, as the formula counts
+    assert [s.flops for s in rec] == [forward_flops(cfg, t, t) for t in (5, 6, 7, 8)]
+    assert [s.flops for s in con][1:] == [forward_flops(cfg, 1, t) for t in (6, 7, 8)]
+    assert all(s.seconds > 0 for s in rec + con)
+
+
+def test_without_counting_flops_are_zero(small_model):
+    steps = profile_decoding(small_model, PROMPT, 2, "contiguous", count_flops=False, repeats=2)
+    assert [s.flops for s in steps] == [0, 0] and len(steps) == 2
+
+
+def test_decode_step_bytes_agree_with_the_ledger(small_cfg):
+    got = decode_step_bytes(small_cfg, context_len=37, dtype_bytes=2)
+    assert got["kv_cache"] == 37 * kv_bytes_per_token(small_cfg, "fp16")
+    assert got["weights"] == small_cfg.num_parameters() * 2
+    assert decode_step_bytes(small_cfg, 74, 2)["kv_cache"] == 2 * got["kv_cache"]   # linear in t
+
+
+@pytest.mark.parametrize("kwargs,err,match", [
+    (dict(repeats=0), ConfigError, "repeats must be an int >= 1, got 0"),
+    (dict(cache="ring"), ConfigError, "cache must be one of"),
+    (dict(prompt=[]), PromptError, "empty"),
+])
+def test_bad_arguments_raise(small_model, kwargs, err, match):
+    args = dict(prompt=PROMPT, max_new_tokens=2, cache="contiguous") | kwargs
+    with pytest.raises(err, match=match):
+        profile_decoding(small_model, args.pop("prompt"), args.pop("max_new_tokens"), args.pop("cache"), **args)

@@ -1,0 +1,251 @@
+"""The package's layers, as rules a test can break (README, "Architecture").
+
+* every module imports on its own, in a fresh interpreter;
+* imports point one way: the leaves (errors, argument checks, units, defaults) import nothing of
+  ours but the exceptions they raise; each layer imports only the layers below it (``ALLOWED``); ``kernels/`` imports only the
+  leaves; nothing below ``viz/`` and ``widgets/`` imports them;
+* the pure-Python layers never import torch (read from their source, and checked at run time);
+* no function-local import of our own modules (none is needed to dodge a cycle), and no import of
+  a name or module that starts with an underscore from another module;
+* ``import paged_kv`` is cheap and exposes every exception; the README's table matches the tree.
+"""
+
+from __future__ import annotations
+
+import ast
+import concurrent.futures
+import inspect
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT
+
+LEAVES = {"errors", "validate", "units", "defaults"}
+PURE = {"memory", "blocks", "scheduling", "sim"}             # pure Python: no torch, ever
+# layer -> the layers of paged_kv it may import (besides itself); "kernels" is the top-level package.
+ALLOWED = {
+    "memory": LEAVES,
+    "blocks": LEAVES,
+    "scheduling": LEAVES,
+    "sim": LEAVES | {"memory", "scheduling"},
+    "model": LEAVES | {"kernels"},
+    "storage": LEAVES | {"kernels", "model", "blocks", "memory"},
+    "decoding": LEAVES | {"model", "storage", "blocks"},
+    "engine": LEAVES | {"model", "storage", "blocks", "scheduling", "decoding"},
+    "viz": LEAVES | {"memory", "blocks", "sim"},
+    "widgets": LEAVES | {"memory", "blocks", "sim", "model", "storage", "decoding", "engine", "viz"},
+}
+OURS = ("paged_kv", "kernels")
+
+
+def _modules(package: str) -> list[Path]:
+    return sorted(p for p in (ROOT / package).rglob("*.py"))
+
+
+def _dotted(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports(path: Path):
+    """``(node, absolute module names, imported names, inside a function)`` for every import."""
+    tree = ast.parse(path.read_text())
+    pkg = _dotted(path) if path.name == "__init__.py" else _dotted(path).rpartition(".")[0]
+    out = []
+
+    def visit(node, in_function: bool):
+        for child in ast.iter_child_nodes(node):
+            inner = in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+            if isinstance(child, ast.Import):
+                out.append((child, [a.name for a in child.names], [], in_function))
+            elif isinstance(child, ast.ImportFrom):
+                if child.level:
+                    base = pkg.split(".")
+                    base = base[:len(base) - (child.level - 1)]
+                    module = ".".join(base + ([child.module] if child.module else []))
+                else:
+                    module = child.module
+                names = [a.name for a in child.names]
+                targets = [module] if child.module else [f"{module}.{n}" for n in names]
+                out.append((child, targets, names, in_function))
+            visit(child, inner)
+
+    visit(tree, False)
+    return out
+
+
+def _layer(module: str) -> str | None:
+    """``"kernels"``, a paged_kv layer (``"blocks"``, ``"errors"``...), ``"paged_kv"`` (the root),
+    or None for a module not ours."""
+    parts = module.split(".")
+    if parts[0] == "kernels":
+        return "kernels"
+    if parts[0] != "paged_kv":
+        return None
+    return parts[1] if len(parts) > 1 else "paged_kv"
+
+
+PACKAGE_FILES = _modules("paged_kv") + _modules("kernels")
+
+
+# --- every module imports on its own ---------------------------------------------------------------
+def test_every_module_imports_alone_in_a_fresh_interpreter():
+    names = [_dotted(p) for p in PACKAGE_FILES]
+
+    def run(name):
+        proc = subprocess.run([sys.executable, "-c", f"import {name}"], capture_output=True, text=True,
+                              cwd=ROOT, env={"TRITON_INTERPRET": "1", "PATH": "/usr/bin:/bin"}, timeout=300)
+        return name, proc.returncode, proc.stderr[-600:]
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+        failed = [(n, err) for n, rc, err in pool.map(run, names) if rc]
+    assert not failed, f"modules that do not import on their own: {failed}"
+
+
+# --- imports point one way ------------------------------------------------------------------------
+@pytest.mark.parametrize("path", PACKAGE_FILES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_imports_point_down_the_layers(path):
+    me = _layer(_dotted(path))
+    for node, targets, _, _ in _imports(path):
+        for target in targets:
+            layer = _layer(target)
+            if layer is None or layer == me:
+                continue
+            where = f"{path.relative_to(ROOT)}:{node.lineno} imports {target}"
+            assert layer != "paged_kv", f"{where}: import the layer, not the package root"
+            if me == "kernels":
+                assert layer in LEAVES, f"{where}: kernels may import only the leaves {sorted(LEAVES)}"
+            elif me in LEAVES:   # a leaf imports nothing of ours but the exceptions it raises
+                assert me != "errors" and layer == "errors", f"{where}: a leaf imports nothing of ours"
+            elif me == "paged_kv":
+                continue   # the root's lazy table names the layers; it imports none of them
+            else:
+                assert layer in ALLOWED[me], f"{where}: {me} may import only {sorted(ALLOWED[me])}"
+
+
+def test_every_layer_has_a_rule():
+    layers = {p.name for p in (ROOT / "paged_kv").iterdir() if (p / "__init__.py").is_file()}
+    leaves = {p.stem for p in (ROOT / "paged_kv").glob("*.py") if p.stem != "__init__"}
+    assert layers == set(ALLOWED), "a new subpackage needs its row in ALLOWED (and the README)"
+    assert leaves == LEAVES, f"top-level modules must be leaves: {sorted(leaves - LEAVES)}"
+
+
+def test_viz_and_widgets_are_imported_by_nothing_below_them():
+    for path in PACKAGE_FILES:
+        me = _layer(_dotted(path))
+        for node, targets, _, _ in _imports(path):
+            for target in targets:
+                layer = _layer(target)
+                if layer == "widgets":
+                    assert me == "widgets", f"{path.relative_to(ROOT)}:{node.lineno} imports widgets"
+                if layer == "viz":
+                    assert me in ("viz", "widgets"), f"{path.relative_to(ROOT)}:{node.lineno} imports viz"
+
+
+@pytest.mark.parametrize("path", [p for p in PACKAGE_FILES
+                                  if _layer(_dotted(p)) in PURE | LEAVES],
+                         ids=lambda p: str(p.relative_to(ROOT)))
+def test_pure_layers_never_import_torch(path):
+    for node, targets, _, _ in _imports(path):
+        for target in targets:
+            top = target.split(".")[0]
+            assert top not in ("torch", "triton", "safetensors", "kernels"), \
+                f"{path.relative_to(ROOT)}:{node.lineno} imports {target} (this layer is pure Python)"
+
+
+def _fresh(code: str) -> dict:
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                          env={"TRITON_INTERPRET": "1", "PATH": "/usr/bin:/bin"}, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_pure_layers_run_without_loading_torch():
+    seen = _fresh(
+        "import json, sys\n"
+        "from paged_kv.sim import PAPER_SETUP, simulate, trace_from_rows, OrcaOracle\n"
+        "from paged_kv.blocks import paper_trace\n"
+        "from paged_kv.memory import plan_memory\n"
+        "from paged_kv.scheduling import may_admit\n"
+        "simulate(trace_from_rows([(0, 3, 2), (1, 2, 2)]), OrcaOracle(16, 8))\n"
+        "paper_trace(); plan_memory('Llama-3-8B', 'H100', 8192)\n"
+        "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'triton', 'kernels'))))")
+    assert seen == [], f"the pure layers loaded {seen[:5]}"
+
+
+def test_kernels_load_only_the_leaves_of_paged_kv():
+    seen = _fresh("import json, sys\nimport kernels, kernels.bench\n"
+                  "print(json.dumps(sorted(m for m in sys.modules if m.startswith('paged_kv'))))")
+    assert set(seen) <= {"paged_kv"} | {f"paged_kv.{leaf}" for leaf in LEAVES}, seen
+
+
+def test_import_paged_kv_is_cheap_and_exposes_every_exception():
+    seen = _fresh("import json, sys\nimport paged_kv\n"
+                  "print(json.dumps([sorted(paged_kv.__all__), 'torch' in sys.modules]))")
+    names, torch_loaded = seen
+    assert not torch_loaded, "import paged_kv loaded torch"
+    from paged_kv import errors
+    exceptions = {n for n, obj in vars(errors).items() if inspect.isclass(obj) and issubclass(obj, Exception)
+                  and obj.__module__ == errors.__name__}
+    assert exceptions <= set(names), f"not exposed by paged_kv: {sorted(exceptions - set(names))}"
+    assert 25 <= len(names) - len(exceptions) <= 40, "import paged_kv exposes the names chapters share"
+    import paged_kv
+    for name in names:   # every lazy name resolves
+        assert getattr(paged_kv, name) is not None
+
+
+# --- no hidden cycles, no private names across modules ------------------------------------------------
+def test_no_function_local_import_of_our_own_modules():
+    for path in PACKAGE_FILES:
+        for node, targets, _, in_function in _imports(path):
+            ours = [t for t in targets if t.split(".")[0] in OURS]
+            assert not (in_function and ours), \
+                f"{path.relative_to(ROOT)}:{node.lineno}: function-local import of {ours} (move it to the top)"
+
+
+SOURCES = PACKAGE_FILES + sorted((ROOT / "tests").rglob("*.py")) + sorted((ROOT / "scripts").glob("*.py")) \
+    + sorted((ROOT / "benchmarks").glob("*.py"))
+
+
+def test_no_import_of_an_underscore_name_from_another_module():
+    bad = []
+    for path in SOURCES:
+        for node, targets, names, _ in _imports(path):
+            private = [n for n in names if n.startswith("_") and not n.startswith("__")]
+            private += [t for t in targets if t.split(".")[0] in OURS
+                        and any(part.startswith("_") and not part.startswith("__") for part in t.split("."))]
+            if private:
+                bad.append(f"{path.relative_to(ROOT)}:{node.lineno} {private}")
+    # the chapters' code cells too
+    pattern = re.compile(r"^\s*(from\s+(paged_kv|kernels)[\w.]*\s+import\s+.*\b_[a-z]\w*|"
+                         r"(from|import)\s+(paged_kv|kernels)(\.\w+)*\._[a-z]\w*)", re.M)
+    for md in sorted((ROOT / "book").glob("*.md")):
+        bad += [f"{md.name}: {m.group(0).strip()}" for m in pattern.finditer(md.read_text())]
+    assert not bad, f"imports of private names: {bad}"
+
+
+# --- the README's map ------------------------------------------------------------------------------
+def _readme_rows() -> dict[str, set[str]]:
+    text = (ROOT / "README.md").read_text()
+    section = text.split("## Architecture", 1)[1].split("\n## ", 1)[0]
+    rows = {}
+    for line in section.splitlines():
+        m = re.match(r"\|\s*`([\w/.]+)`\s*\|(.*)\|\s*$", line)
+        if m:
+            rows[m.group(1)] = set(re.findall(r"`(\w+\.py)`", m.group(2)))
+    return rows
+
+
+def test_readme_architecture_table_matches_the_tree():
+    rows = _readme_rows()
+    folders = {"paged_kv/": ROOT / "paged_kv", "kernels/": ROOT / "kernels"}
+    folders |= {f"paged_kv/{p.name}/": p for p in (ROOT / "paged_kv").iterdir() if (p / "__init__.py").is_file()}
+    assert set(rows) == set(folders), f"README rows {sorted(rows)} vs folders {sorted(folders)}"
+    for key, folder in folders.items():
+        files = {p.name for p in folder.glob("*.py") if p.name != "__init__.py"}
+        assert rows[key] == files, f"README row {key}: lists {sorted(rows[key])}, the folder has {sorted(files)}"

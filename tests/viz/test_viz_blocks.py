@@ -1,0 +1,111 @@
+"""The block-layout figure (frames + slider built from snapshots) and the live panel, which drives
+the real manager and the tiny model through the paged cache: its tokens must equal generate()'s."""
+
+import pytest
+
+from paged_kv.blocks import paper_trace
+from paged_kv.viz.blocks import block_size_figure, block_traces, blocks_figure, refresh_blocks_figure, seq_order
+from paged_kv.widgets.blocks import block_panel
+
+
+def cell(trace, block, offset, bs=4, label=1):
+    """The pool heatmap cell of (block, offset) for a one-column grid (<= 16 blocks)."""
+    return trace.z[block][label + offset], trace.customdata[block][label + offset], trace.text[block][label + offset]
+
+
+def test_figure_replays_every_snapshot_with_a_slider():
+    h = paper_trace()
+    fig = blocks_figure(h.snapshots, title="Figures 6-7")
+    assert len(fig.frames) == len(h.snapshots) == 5
+    steps = fig.layout.sliders[0].steps
+    assert [s.args[0][0] for s in steps] == [f.name for f in fig.frames]
+    assert all(s.args[1]["frame"]["redraw"] for s in steps)
+    assert fig.frames[0].data[0].z != fig.frames[-1].data[0].z          # moving the slider changes the pool
+    assert "B: prompt of 6 tokens" in fig.frames[-1].layout.title.text
+
+
+def test_pool_cells_show_owner_fill_and_hover():
+    h = paper_trace()
+    pool, labels, tables = block_traces(h.snapshots[-1], seq_order(h.snapshots))
+    # A is sequence 0 (z 1 = stored token, 2 = reserved empty), B is sequence 1 (z 3, 4), free = 0
+    assert [cell(pool, 3, o)[0] for o in range(4)] == [1, 2, 2, 2]      # "brought" + 3 empty slots
+    assert [cell(pool, 2, o)[0] for o in range(4)] == [3, 3, 4, 4]      # "of times" + 2 empty
+    assert [cell(pool, 0, o)[0] for o in range(4)] == [0, 0, 0, 0]
+    z, hover, text = cell(pool, 3, 0)
+    assert text == "brought" and "block 3, slot 12" in hover and "A (logical 2)" in hover and "tokens 8 of A" in hover
+    assert "free" in cell(pool, 4, 0)[1]
+    assert labels.text[7] == "<b>7</b> ×1" and labels.text[0] == "0"
+    assert tables.y == ("A", "B") and list(tables.text[0][:3]) == ["7", "1", "3"] and list(tables.text[1][:2]) == ["5", "2"]
+
+
+def test_refresh_updates_a_figure_in_place():
+    h = paper_trace()
+    fig = blocks_figure(h.snapshots[:2], replay=False)
+    assert not fig.frames and not fig.layout.sliders
+    refresh_blocks_figure(fig, h.snapshots)
+    assert list(fig.data[2].text[1])[0] == "5" and "step 4" in fig.layout.title.text
+
+
+def test_panel_falls_back_to_an_output_and_drives_the_manager():
+    import ipywidgets as w
+
+    panel = block_panel(load_model=False, num_blocks=6, block_size=4, use_figure_widget=False)
+    live = panel.live
+    out = panel.children[-1]
+    assert isinstance(out, w.Output)          # (display() only captures into it under a kernel)
+    add_text, add_len = panel.children[0].children[1], panel.children[0].children[3]
+    decode, which, finish = panel.children[1].children
+    add_text.click()                          # "To be, or not to be": 19 tokens -> 5 blocks
+    assert live.manager.block_table(0).block_ids == [0, 1, 2, 3, 4]
+    add_len.click()                           # 12 tokens do not fit the 1 free block: error shown
+    assert "out of KV blocks" in panel.children[2].value and live.running == [0]
+    decode.click()
+    assert live.manager.num_tokens(0) == 20
+    which.value = 0
+    finish.click()
+    assert live.running == [] and live.manager.num_free_blocks == 6
+    assert [e.kind for e in live.history.events] == ["start", "allocate", "append", "free"]
+
+
+def test_panel_updates_a_figure_widget_in_place():
+    pytest.importorskip("anywidget")
+    import plotly.graph_objects as go
+
+    panel = block_panel(load_model=False, num_blocks=6, block_size=4, use_figure_widget=True)
+    fig = panel.children[-1]
+    assert isinstance(fig, go.FigureWidget)
+    panel.children[0].children[3].click()     # a 12-token prompt -> 3 blocks
+    assert "3/6 blocks used" in fig.layout.title.text
+
+
+
+
+
+
+
+
+
+
+def test_panel_titles_sit_over_their_own_panels():
+    """At narrow widths centred titles of the 0.66/0.34 columns ran into each other: each title is
+    now left-aligned at the start of its own panel, in short lines."""
+    import re
+
+    fig = blocks_figure(paper_trace().snapshots)
+    left, right = fig.layout.annotations[:2]
+    assert (left.xanchor, right.xanchor) == ("left", "left")
+    assert left.x == fig.layout.xaxis.domain[0] and right.x == fig.layout.xaxis2.domain[0]
+    for note in (left, right):
+        assert max(len(re.sub("<[^>]+>", "", line)) for line in note.text.split("<br>")) <= 20
+
+
+def test_block_size_figure_has_one_labelled_axis_per_quantity():
+    sizes, share, entries = [1, 2, 4, 16], [0.0, 0.1, 0.3, 1.5], [487.0, 244.0, 122.0, 31.0]
+    fig = block_size_figure(sizes, share, entries)
+    waste, table = fig.data
+    assert list(waste.y) == share and list(table.y) == entries
+    assert waste.yaxis == "y" and table.yaxis == "y2"                 # two axes, not one "value"
+    assert fig.layout.yaxis.type in (None, "linear") and fig.layout.yaxis.rangemode == "tozero"   # 0 shows
+    assert fig.layout.yaxis2.type == "log"
+    assert "%" in fig.layout.yaxis.title.text and "entries" in fig.layout.yaxis2.title.text
+    assert fig.layout.xaxis.type == "log" and list(fig.layout.xaxis2.tickvals) == sizes

@@ -1,0 +1,271 @@
+"""Chapter 3's figures and calculators: the numbers they carry equal paged_kv.memory's, the static
+calculator's three controls stay consistent, and it works in headless Chromium with no kernel."""
+
+import math
+import shutil
+from pathlib import Path
+
+import pytest
+
+from paged_kv import memory
+from paged_kv.units import GiB
+from paged_kv.viz import memory as vm
+
+MODELS = ["Llama-3-8B", "Llama-2-70B", "DeepSeek-V3", "Mistral-7B"]
+GPUS = ["T4", "A100-80GB", "H200"]
+CONTEXTS = [2048, 8192, 32768]
+
+
+@pytest.fixture(scope="module")
+def calc_data():
+    return vm.calculator_data(MODELS, GPUS, CONTEXTS, tps=(1, 8))
+
+
+def test_kv_vs_weights_carries_the_ledger():
+    data = vm.kv_vs_weights_data(["Llama-3-8B", "Mistral-7B"], [1024, 4096, 65536], batch_sizes=(1, 4))
+    fig = vm.kv_vs_weights_figure(data)
+    assert len(fig.data) == 2 and len(fig.layout.updatemenus[0].buttons) == 2
+    # config.json max_position_embeddings: Meta-Llama-3-8B 8,192, Mistral-7B-v0.1 32,768; each
+    # line stops at that maximum (an extra point) and never reaches 65,536
+    llama_x, mistral_x = [1024, 4096, 8192], [1024, 4096, 32768]
+    assert list(fig.data[0].x) == llama_x and list(fig.data[1].x) == mistral_x
+    w = memory.weights_bytes("Mistral-7B")
+    batch4 = fig.layout.updatemenus[0].buttons[1].args[0]["y"][1]
+    assert list(batch4) == [4 * memory.kv_cache_bytes("Mistral-7B", c, 1) / w for c in mistral_x]
+    assert list(fig.data[0].y) == [memory.kv_cache_bytes("Llama-3-8B", c, 1) / memory.weights_bytes("Llama-3-8B")
+                                   for c in llama_x]
+    assert list(fig.data[0].marker.symbol) == ["circle", "circle", "diamond"]  # the maximum, marked
+    assert "maximum context" in fig.layout.title.text
+
+
+def test_kv_vs_weights_keeps_a_grid_point_at_the_maximum_once():
+    data = vm.kv_vs_weights_data(["Llama-2-7B", "DeepSeek-V3"], [1024, 4096, 131072])
+    assert data["models"]["Llama-2-7B"]["contexts"] == [1024, 4096]  # meta-llama/Llama-2-7b-hf: 4,096
+    assert data["models"]["DeepSeek-V3"]["contexts"] == [1024, 4096, 131072]  # 163,840: past the chart
+
+
+def test_gpu_fit_slider_steps_are_max_batch_sizes():
+    data = vm.gpu_fit_data(["Llama-3-8B", "Qwen3-4B"], ["T4", "H200"], contexts=[1024, 4096])
+    fig = vm.gpu_fit_figure(data)
+    steps = fig.layout.sliders[0].steps
+    assert [s.label for s in steps] == ["1K", "4K"]
+    h200_at_4k = steps[1].args[0]["y"][1]
+    assert list(h200_at_4k) == [memory.max_batch_size(m, "H200", 4096) for m in ("Llama-3-8B", "Qwen3-4B")]
+    # Llama-3-8B: its weights leave no room on a T4, so no bar and no label
+    assert list(fig.data[0].y) == [None, memory.max_batch_size("Qwen3-4B", "T4", 1024)]
+    assert list(fig.data[0].text) == ["", f"{memory.max_batch_size('Qwen3-4B', 'T4', 1024):,}"]
+
+
+def test_gpu_fit_marks_contexts_beyond_a_models_maximum():
+    # OPT-13B serves 2,048 tokens, Llama-2-7B 4,096 (their config.json); Qwen3-4B 40,960
+    models = ["OPT-13B", "Llama-2-7B", "Qwen3-4B"]
+    data = vm.gpu_fit_data(models, ["H200"], contexts=[2048, 4096, 32768])
+    fig = vm.gpu_fit_figure(data)
+    steps = fig.layout.sliders[0].steps
+    at = {s.label: s.args for s in steps}
+    assert list(at["2K"][0]["y"][0]) == [memory.max_batch_size(m, "H200", 2048) for m in models]
+    assert list(at["4K"][0]["y"][0])[0] is None and at["4K"][0]["y"][0][1] > 0
+    assert list(at["32K"][0]["y"][0])[:2] == [None, None]
+    assert at["32K"][0]["y"][0][2] == memory.max_batch_size("Qwen3-4B", "H200", 32768)
+    marks = lambda step: sorted(a["x"] for a in at[step][1]["annotations"])
+    assert marks("2K") == [] and marks("4K") == ["OPT-13B"] and marks("32K") == ["Llama-2-7B", "OPT-13B"]
+    assert all(vm.BEYOND in a["text"] for a in at["32K"][1]["annotations"])
+    assert "max 2K" in fig.layout.xaxis.ticktext[0]
+
+
+def test_gpu_fit_labels_stand_upright_inside_a_fixed_axis():
+    # side by side, horizontal labels of neighbouring bars ran together ("456456")
+    data = vm.gpu_fit_data(["Qwen3-4B", "Llama-2-7B"], list(memory.GPU_PRESETS), contexts=[1024, 4096])
+    fig = vm.gpu_fit_figure(data)
+    assert all(t.textangle == -90 and t.textposition == "outside" for t in fig.data)
+    largest = max(v for c in data["batch"] for g in data["batch"][c] for v in data["batch"][c][g])
+    low, high = fig.layout.yaxis.range
+    assert low < 0 and high >= math.log10(largest) + 0.5  # room above the tallest bar for its label
+
+
+def test_attention_variants_figure():
+    data = vm.attention_variants_data("Llama-2-70B", tp=8)
+    per_token = {r["kind"]: (r["whole"], r["per_gpu"]) for r in data["rows"]}
+    assert per_token["MHA"] == (2 * 80 * 64 * 128 * 2, 2 * 80 * 8 * 128 * 2)
+    assert per_token["MQA"][0] == per_token["MQA"][1]  # one KV head, replicated on all 8 GPUs
+    assert per_token["MLA"] == (80 * 576 * 2,) * 2
+    fig = vm.attention_variants_figure(data)
+    assert [round(v * 1024) for v in fig.data[0].y] == [r["whole"] for r in data["rows"]]
+
+
+def _column(cells, header):
+    return cells[vm.CALC_COLUMNS.index(header)]
+
+
+MAX_CONTEXT = {"Llama-3-8B": 8192, "Llama-2-70B": 4096, "DeepSeek-V3": 163840, "Mistral-7B": 32768}
+
+
+def test_static_calculator_every_choice_matches_the_package(calc_data):
+    fig = vm.calculator_figure(calc_data, model="Llama-3-8B", gpu="A100-80GB", context_index=1)
+    model_menu, gpu_menu = fig.layout.updatemenus
+    assert [b.label for b in model_menu.buttons] == MODELS and [b.label for b in gpu_menu.buttons] == GPUS
+    tables = [i for i, t in enumerate(fig.data) if t.type == "table"]
+    assert len(tables) == len(GPUS)
+    for mb in model_menu.buttons:
+        cells = mb.args[0]["cells.values"]
+        for gi, g in enumerate(GPUS):
+            col = _column(cells[tables[gi]], "max batch")
+            for ci, c in enumerate(CONTEXTS):
+                plan = memory.plan_memory(mb.label, g, c)
+                if c > MAX_CONTEXT[mb.label]:  # beyond the model's maximum: no numbers
+                    assert col[ci] == vm.DASH
+                    assert vm.BEYOND in _column(cells[tables[gi]], "context (tokens)")[ci]
+                    assert mb.args[0]["cells.font.color"][tables[gi]][0][ci] == vm.GREY
+                else:
+                    assert col[ci] == (f"{plan.max_batch_size:,}" if plan.weights_fit else vm.NO_ROOM)
+            tp8 = _column(cells[tables[gi]], "max batch, TP=8")
+            c = max(x for x in CONTEXTS if x <= MAX_CONTEXT[mb.label])
+            plan = memory.plan_memory(mb.label, g, c, tp=8)
+            assert tp8[CONTEXTS.index(c)] == (f"{plan.max_batch_size:,}" if plan.weights_fit else vm.NO_ROOM)
+        assert mb.label in mb.args[1]["annotations[0].text"]
+        assert f"{memory.kv_bytes_per_token(mb.label):,} B" in mb.args[1]["annotations[0].text"]
+    for gi, gb in enumerate(gpu_menu.buttons):
+        visible = gb.args[0]["visible"]
+        assert [visible[i] for i in tables] == [g == gb.label for g in GPUS]
+    for ci, step in enumerate(fig.layout.sliders[0].steps):
+        fills = step.args[0]["cells.fill.color"][0][0]
+        assert [f == "#FFF3C4" for f in fills] == [i == ci for i in range(len(CONTEXTS))]
+        assert step.args[1]["shapes[0].x0"] == ci and list(step.args[2]) == tables
+
+
+def test_static_calculator_initial_state(calc_data):
+    fig = vm.calculator_figure(calc_data, model="Llama-3-8B", gpu="H200", context_index=2)
+    shown = [t for t in fig.data if t.type == "table" and t.visible]
+    assert len(shown) == 1
+    per_seq = _column(shown[0].cells.values, "KV / sequence")
+    assert per_seq[1] == f"{2 * 32 * 8 * 128 * 2 * 8192 / 2**30:,.2f} GiB" == "1.00 GiB"
+    assert per_seq[0] == f"{2 * 32 * 8 * 128 * 2 * 2048 / 2**20:,.2f} MiB" == "256.00 MiB"
+    assert fig.layout.shapes[0].x0 == 2
+    assert vm.calculator_figure(calc_data).layout.shapes[0].x0 == CONTEXTS.index(8192)  # the default
+
+
+def test_static_calculator_says_when_the_weights_do_not_fit(calc_data):
+    fig = vm.calculator_figure(calc_data, model="DeepSeek-V3", gpu="T4")
+    table = [t for t in fig.data if t.type == "table" and t.visible][0]
+    assert set(_column(table.cells.values, "max batch")) == {vm.NO_ROOM}
+    assert set(_column(table.cells.values, "KV at that batch")) == {vm.NO_WEIGHTS}  # not "0.0 GiB"
+
+
+def test_static_calculator_small_sizes_in_mib_and_beyond_max_rows():
+    data = vm.calculator_data(["tiny"], ["T4"], contexts=[256, 512, 1024], tps=(1, 2, 4))
+    spec = memory.model_preset("tiny")
+    assert spec.max_position == 512 and spec.num_params < 2**30 // 2  # weights well under 1 GiB
+    fig = vm.calculator_figure(data, context_index=0)
+    note = fig.layout.annotations[0].text
+    mib, mb = spec.num_params * 2 / 2**20, spec.num_params * 2 / 10**6  # fp16 weights
+    assert f"{mib:,.2f} MiB ({mb:,.2f} MB)" in note and "0.0 GiB" not in note
+    table = [t for t in fig.data if t.type == "table" and t.visible][0]
+    per_seq = _column(table.cells.values, "KV / sequence")
+    assert per_seq[1] == f"{512 * memory.kv_bytes_per_token(spec) / 2**20:,.2f} MiB"
+    assert per_seq[2] == vm.DASH and vm.BEYOND in _column(table.cells.values, "context (tokens)")[2]
+    lines = [t for t in fig.data if t.type == "scatter" and t.visible]
+    assert all(t.y[2] is None for t in lines)  # no point beyond the model's maximum
+    # lines that may coincide stay distinguishable: each TP has its own dash and marker
+    assert len({t.line.dash for t in lines}) == len({t.marker.symbol for t in lines}) == len(lines) == 3
+
+
+# --- the live calculator ---------------------------------------------------------------------------
+def test_live_calculator_follows_its_widgets():
+    pytest.importorskip("ipywidgets")
+    from paged_kv.widgets.memory import MemoryCalculator
+
+    calc = MemoryCalculator(use_figure_widget=False)
+    assert calc.plan == memory.plan_memory("Llama-3-8B", "H100-80GB", 8192, 16)
+    assert "131,072 B" in calc.text.value
+    calc.model.value, calc.gpu.value, calc.tp.value = "Llama-3-70B", "H200", 4
+    calc.kv_dtype.value, calc.seq_len.value = "fp8", 131072
+    assert calc.plan == memory.plan_memory("Llama-3-70B", "H200", 131072, 16, "fp8", tp=4)
+    assert f"{calc.plan.max_batch_size:,} sequences" in calc.text.value
+    calc.model.value = "custom"
+    calc.custom["num_kv_heads"].value = 7  # 64 heads are not divisible by 7
+    assert calc.plan is None and "not divisible" in calc.error and "impossible" in calc.text.value
+    calc.custom["num_kv_heads"].value = 8
+    assert calc.plan is not None and calc.plan.kv_bytes_per_token == 2 * 80 * 8 * 128 * 1 // 4  # fp8, tp=4
+
+
+def test_live_calculator_flags_contexts_beyond_the_model_and_small_sizes():
+    pytest.importorskip("ipywidgets")
+    from paged_kv.widgets.memory import MemoryCalculator
+
+    calc = MemoryCalculator(model="Llama-2-7B", gpu="A100-80GB", seq_len=4096, batch_size=1,
+                            use_figure_widget=False)
+    assert "beyond" not in calc.text.value and "4,096 tokens" in calc.text.value
+    calc.seq_len.value = 8192  # meta-llama/Llama-2-7b-hf declares 4,096
+    assert "beyond the model's maximum context of 4,096" in calc.text.value
+    calc.model.value, calc.seq_len.value = "tiny", 512
+    per_seq = 512 * memory.kv_bytes_per_token("tiny")
+    assert f"{per_seq / 2**20:,.2f} MiB ({per_seq / 10**6:,.2f} MB)" in calc.text.value
+
+
+def test_live_calculator_figure_widget_updates_in_place():
+    pytest.importorskip("anywidget")
+    from paged_kv.widgets.memory import MemoryCalculator
+
+    calc = MemoryCalculator(use_figure_widget=None)
+    assert calc.figure is not None
+    calc.batch_size.value = 32
+    kv = [t for t in calc.figure.data if t.name.startswith("KV cache")][0]
+    assert kv.x[0] == pytest.approx(32 * memory.kv_cache_bytes("Llama-3-8B", 8192, 1) / GiB)
+
+
+# --- the static calculator in a browser ------------------------------------------------------------
+@pytest.mark.browser
+def test_static_calculator_in_headless_chromium(tmp_path, calc_data):
+    sync_api = pytest.importorskip("playwright.sync_api")
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        pytest.skip("no chromium")
+    import plotly
+    import plotly.io as pio
+
+    plotly_js = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
+    page_file = tmp_path / "calc.html"
+    fig = vm.calculator_figure(calc_data, model="Llama-3-8B", gpu="A100-80GB", context_index=0)
+    page_file.write_text(pio.to_html(fig, include_plotlyjs=False, full_html=True).replace(
+        "<head>", f"<head><script>{plotly_js.read_text()}</script>", 1))
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+        page = browser.new_page(viewport={"width": 1000, "height": 900})
+        errors = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(page_file.as_uri())
+        page.wait_for_selector(".js-plotly-plot .table")
+
+        def pick(menu: int, label: str) -> None:
+            page.query_selector_all(".updatemenu-header-group")[menu].click()
+            page.locator(".updatemenu-item-text", has_text=label).first.click()
+            page.wait_for_timeout(200)
+
+        def visible_column(header: str) -> list:
+            return page.evaluate("""h => { const gd = document.querySelector('.js-plotly-plot');
+                const t = gd._fullData.filter(t => t.type === 'table' && t.visible === true);
+                return t.length === 1 ? t[0].cells.values[%d] : null; }""" % vm.CALC_COLUMNS.index(header), header)
+
+        pick(1, "H200")
+        pick(0, "Llama-2-70B")  # serves 4,096 tokens: the 8K and 32K rows are dashes
+        assert visible_column("max batch, TP=8") == [
+            f"{memory.max_batch_size('Llama-2-70B', 'H200', c, tp=8):,}" if c <= 4096 else vm.DASH
+            for c in CONTEXTS]
+        rendered = page.evaluate("() => Array.from(document.querySelectorAll('.cell-text')).map(e => e.textContent)")
+        assert f"{memory.max_batch_size('Llama-2-70B', 'H200', 2048, tp=8):,}" in rendered
+        pick(1, "T4")
+        assert visible_column("max batch") == [vm.NO_ROOM, vm.DASH, vm.DASH]
+        pick(0, "Llama-3-8B")  # a new model restyles the greyed rows too
+        colors = page.evaluate("""() => { const gd = document.querySelector('.js-plotly-plot');
+            return gd._fullData.filter(t => t.type === 'table' && t.visible === true)[0].cells.font.color[0]; }""")
+        assert visible_column("max batch") == [vm.NO_ROOM, vm.NO_ROOM, vm.DASH]
+        assert colors[2] == vm.GREY and colors[0] != vm.GREY
+        box = page.locator(".slider-label", has_text="32K").first.bounding_box()
+        page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)  # the rail takes it
+        page.wait_for_timeout(300)
+        state = page.evaluate("""() => { const gd = document.querySelector('.js-plotly-plot');
+            const t = gd._fullData.filter(t => t.type === 'table' && t.visible === true)[0];
+            return [gd.layout.shapes[0].x0, t.cells.fill.color[0]]; }""")
+        assert state[0] == 2 and state[1][2] == "#FFF3C4" and state[1][0] != "#FFF3C4"
+        assert errors == []
+        browser.close()
