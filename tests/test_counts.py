@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from paged_kv.blocks import BlockAllocator, BlockSpaceManager, BlockTable, blocks_needed
-from paged_kv.decoding import PagedDecoder, generate, profile_decoding
+from paged_kv.decoding import PagedDecoder, beam_search, generate, profile_decoding
 from paged_kv.engine import LiveRequests
 from paged_kv.errors import PagedKVError
 from paged_kv.memory import KVDType, kv_cache_bytes, kv_slots, plan_memory, tokens_to_reach, weights_bytes
@@ -37,7 +37,10 @@ ENTRY_POINTS = {
     "ModelConfig(num_layers)": (lambda n: ModelConfig(num_layers=n), 2),
     "ModelConfig(head_dim)": (lambda n: ModelConfig(head_dim=n), 64),
     "ModelConfig(max_seq_len)": (lambda n: ModelConfig(max_seq_len=n), 128),
-    "SamplingParams(top_k)": (lambda n: SamplingParams(temperature=1.0, top_k=n), 5),
+    "SamplingParams(top_k)": (lambda n: SamplingParams(temperature=1.0, top_k=n, seed=0), 5),
+    "SamplingParams(seed)": (lambda n: SamplingParams(temperature=1.0, seed=n), 3),
+    "SamplingParams(n)": (lambda n: SamplingParams(temperature=1.0, seed=0, n=n), 2),
+    "beam_search(beam_width)": (lambda n: beam_search(MODEL, [1, 2], n, 2, block_size=4), 2),
     "ContiguousKVCache(batch_size)": (lambda n: ContiguousKVCache(CFG, n, 8), 2),
     "ContiguousKVCache(max_seq_len)": (lambda n: ContiguousKVCache(CFG, 2, n), 8),
     "PagedKVCache(num_blocks)": (lambda n: PagedKVCache(CFG, n, 4), 3),
@@ -83,6 +86,7 @@ BAD = {"bool": True, "nan": float("nan"), "float-2.0": 2.0, "float-2.5": 2.5, "n
 # Inputs that mean something on purpose at these entry points (documented in their docstrings).
 MEANINGFUL = {
     ("SamplingParams(top_k)", "None"): "no top-k limit",
+    ("SamplingParams(seed)", "None"): "unseeded: refused for sampling, but with its own message",
     ("PagedDecoder(num_blocks)", "None"): "size the pool from the prompts",
     ("ModelConfig(head_dim)", "None"): "hidden_size // num_heads",
     ("ContiguousKVCache(max_seq_len)", "None"): "the model's max_seq_len",

@@ -9,13 +9,16 @@ exercises and later the scheduler can drive the bookkeeping alone, fast.
 * :mod:`~paged_kv.blocks.manager`: :class:`BlockSpaceManager` (allocate, append, fork with
   copy-on-write, free);
 * :mod:`~paged_kv.blocks.history`: :class:`BlockHistory`, plain-data snapshots for figures,
-  :func:`paper_trace` (the paper's Figures 6-7).
+  :func:`paper_trace` (the paper's Figures 6-7), :func:`paper_sampling_trace` (Figure 8),
+  :func:`paper_beam_trace` (Figure 9).
 """
 
 from .allocator import BlockAllocator
 from .block_table import BlockTable, blocks_needed, check_seq_id
-from .history import PAPER_FREE_ORDER, BlockHistory, BlockState, Event, Snapshot, paper_trace, snapshot
+from .history import (PAPER_FREE_ORDER, BlockHistory, BlockState, Event, Snapshot, paper_beam_trace,
+                      paper_sampling_trace, paper_trace, snapshot)
 from .manager import BlockSpaceManager
 
 __all__ = ["BlockAllocator", "BlockHistory", "BlockSpaceManager", "BlockState", "BlockTable", "Event",
-           "PAPER_FREE_ORDER", "Snapshot", "blocks_needed", "check_seq_id", "paper_trace", "snapshot"]
+           "PAPER_FREE_ORDER", "Snapshot", "blocks_needed", "check_seq_id", "paper_beam_trace",
+           "paper_sampling_trace", "paper_trace", "snapshot"]

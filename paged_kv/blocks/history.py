@@ -130,15 +130,19 @@ class BlockHistory:
 
     Args:
         manager: the real manager to drive (a fresh one is typical).
+        record: ``False`` passes every event straight to the manager and records nothing (the
+            methods then return ``None``): code that sometimes wants a history and sometimes
+            speed (a long decode) drives the manager through one object either way.
 
     Errors come from the manager (``OutOfBlocksError``, ``BlockError``); a failed event records
     nothing.
     """
 
-    def __init__(self, manager: BlockSpaceManager) -> None:
+    def __init__(self, manager: BlockSpaceManager, record: bool = True) -> None:
         self.manager = manager
+        self.record = bool(record)
         self.labels: dict[Hashable, list[str]] = {}
-        self.snapshots: list[Snapshot] = [snapshot(manager)]
+        self.snapshots: list[Snapshot] = [snapshot(manager)] if self.record else []
 
     @property
     def events(self) -> list[Event]:
@@ -157,6 +161,9 @@ class BlockHistory:
             toks = [str(t) for t in tokens]
         else:                                                                 # a length
             toks = [""] * count("a prompt length (tokens)", tokens, minimum=1, error=BlockError)
+        if not self.record:
+            self.manager.allocate(seq_id, len(toks))
+            return None
         table = self.manager.allocate(seq_id, len(toks))
         self.labels[seq_id] = toks
         slots = tuple(self.manager.slot_mapping(seq_id))
@@ -168,6 +175,9 @@ class BlockHistory:
 
         A copy-on-write copy this causes is recorded in the event and stays queued in the manager
         for whoever owns the cache (:func:`paged_kv.storage.prepare_paged_batch` takes it)."""
+        if not self.record:
+            self.manager.append_slot(seq_id)
+            return None
         before = set(self.manager.block_table(seq_id).block_ids)
         queued = len(self.manager.pending_copies)
         slot = self.manager.append_slot(seq_id)
@@ -182,13 +192,19 @@ class BlockHistory:
                                   f"slot {slot} ({what})"))
 
     def fork(self, parent_id, child_id) -> Snapshot:
+        """``child_id`` starts as a copy of ``parent_id`` sharing all its blocks (no block taken)."""
         self.manager.fork(parent_id, child_id)
+        if not self.record:
+            return None
         self.labels[child_id] = list(self.labels.get(parent_id, []))
         return self._record(Event("fork", child_id, text=f"{child_id}: forked from {parent_id}, sharing "
                                   f"blocks {self.manager.block_table(child_id).block_ids}"))
 
     def free(self, seq_id) -> Snapshot:
+        """``seq_id`` is done: blocks only it held go back to the free list."""
         freed = tuple(self.manager.free(seq_id))
+        if not self.record:
+            return None
         self.labels.pop(seq_id, None)
         return self._record(Event("free", seq_id, (), freed, (), (),
                                   f"{seq_id}: finished, blocks {list(freed)} back on the free list"))
@@ -209,4 +225,58 @@ def paper_trace() -> BlockHistory:
     h.append("A", "fathers")
     h.append("A", "brought")
     h.allocate("B", "It was the best of times".split())
+    return h
+
+
+def paper_sampling_trace() -> BlockHistory:
+    """The vLLM paper's Figure 8 (§4.4, parallel sampling), replayed by the real manager.
+
+    Block size 4, the pool and free-list order of :func:`paper_trace`.  Sample A1's prompt "Four
+    score and seven years ago our" (7 tokens) lands on blocks 7, 1; sample A2 forks from it and
+    shares both (ref counts 2, 2).  A1 writes "fathers": its last block is shared and partly filled,
+    so block 1 is copied to block 3 (A1's table becomes 7, 3; block 1's ref count drops 2 -> 1).
+    A2 writes "mothers" into block 1 in place: it is the last holder.
+    """
+    h = BlockHistory(BlockSpaceManager(9, 4, free_order=PAPER_FREE_ORDER))
+    h.allocate("A1", "Four score and seven years ago our".split())
+    h.fork("A1", "A2")
+    h.append("A1", "fathers")
+    h.append("A2", "mothers")
+    return h
+
+
+def paper_beam_trace() -> BlockHistory:
+    """The vLLM paper's Figure 9 (§4.4, beam search with k = 4), replayed by the real manager.
+
+    Block size 4 and a pool of 13 blocks handed out in order 0, 1, 2, ...  Before the figure's
+    dotted line each of the four beam candidates holds 4 full logical blocks: all share block 0
+    (the prompt); candidate 3 leaves the others at the second block (blocks 0, 2, 4, 8); candidates
+    0-2 share blocks 0, 1, 3 and diverge at the fourth (5, 6, 7).  Then the top 4 candidates all
+    descend from candidates 1 and 2: each of those continues and forks once (candidates 4 and 5),
+    candidates 0 and 3 are freed, and the blocks only they held (2, 4, 5, 8) go back to the pool;
+    the four new tokens then take new blocks 9-12 (every last block was full).  Tokens are
+    labelled by position.
+    """
+    h = BlockHistory(BlockSpaceManager(13, 4))
+
+    def grow(seq, n):
+        for _ in range(n):
+            h.append(seq, str(h.manager.num_tokens(seq)))
+
+    h.allocate(0, [str(i) for i in range(4)])                # the prompt: block 0
+    h.fork(0, 3)                                             # candidate 3 leaves after the prompt
+    grow(0, 4)                                               # block 1
+    grow(3, 4)                                               # block 2
+    grow(0, 4)                                               # block 3
+    grow(3, 4)                                               # block 4
+    h.fork(0, 1)
+    h.fork(0, 2)                                             # candidates 0-2 share 0, 1, 3
+    for seq in (0, 1, 2, 3):
+        grow(seq, 4)                                         # blocks 5, 6, 7, 8
+    h.fork(1, 4)                                             # the dotted line: top 4 from 1 and 2
+    h.fork(2, 5)
+    h.free(0)                                                # block 5 back
+    h.free(3)                                                # blocks 8, 4, 2 back
+    for seq in (1, 4, 2, 5):
+        grow(seq, 1)                                         # blocks 9, 10, 11, 12
     return h

@@ -123,6 +123,29 @@ class BlockSpaceManager:
             return 1
         return 1 if self.allocator.ref_count(table.block_ids[-1]) > 1 else 0
 
+    def blocks_to_append_all(self, seq_ids) -> int:
+        """Free blocks that one more token for *each* of ``seq_ids`` takes (appended one after the
+        other, as a decode step does): a new block for every full last block; and for a shared,
+        partly filled last block held by ``rc`` tables, ``h`` of them appending, ``min(h, rc - 1)``
+        copies: every appender copies while the block is still shared, and the last holder then
+        writes in place (vLLM paper §4.4).  Summing :meth:`blocks_to_append` instead would count a
+        copy for every holder and refuse steps that fit.
+
+        Raises:
+            BlockError: an unknown sequence, or one named twice.
+        """
+        seq_ids = [check_seq_id(s) for s in seq_ids]
+        if len(set(seq_ids)) != len(seq_ids):
+            raise BlockError(f"a sequence is named twice: {seq_ids}")
+        needed, sharers = 0, Counter()
+        for s in seq_ids:
+            table = self._table(s)
+            if table.num_tokens == len(table) * self.block_size:
+                needed += 1
+            elif self.allocator.ref_count(table.block_ids[-1]) > 1:
+                sharers[table.block_ids[-1]] += 1
+        return needed + sum(min(h, self.allocator.ref_count(b) - 1) for b, h in sharers.items())
+
     def can_append(self, seq_id) -> bool:
         """Whether one more token of ``seq_id`` fits now."""
         return self.blocks_to_append(seq_id) <= self.num_free_blocks
@@ -189,11 +212,17 @@ class BlockSpaceManager:
 
         Blocks are released last logical block first (as vLLM does), so with a FIFO free list
         a sequence's tail blocks are reused before its head blocks.  Shared blocks only lose a
-        holder.  Raises ``BlockError`` for an unknown (e.g. already freed) sequence.
+        holder.  A copy-on-write copy still queued for one of the freed blocks is dropped: the block
+        may be handed to another sequence before the cache applies the queue, and a stale copy
+        must never land in it.  Raises ``BlockError`` for an unknown (e.g. already freed) sequence.
         """
         table = self._table(seq_id)
         del self._tables[check_seq_id(seq_id)]
-        return [b for b in reversed(table.block_ids) if self.allocator.free(b) == 0]
+        freed = [b for b in reversed(table.block_ids) if self.allocator.free(b) == 0]
+        if self._copies and freed:
+            gone = set(freed)
+            self._copies = [(src, dst) for src, dst in self._copies if dst not in gone]
+        return freed
 
     # --- invariants ---------------------------------------------------------------------------
     def check(self) -> None:
@@ -202,7 +231,8 @@ class BlockSpaceManager:
         The allocator's own (:meth:`BlockAllocator.check`), then: each table holds exactly
         ``ceil(num_tokens / BS)`` distinct blocks; each block's ref count equals the number of
         tables holding it (so no table holds a free block, and no block is leaked); a shared block
-        holds the same number of tokens in every table (shared blocks are never written).
+        holds the same number of tokens in every table (shared blocks are never written); every
+        queued copy-on-write copy goes into a block some table holds.
         """
         self.allocator.check()
         holders: Counter[int] = Counter()
@@ -222,6 +252,9 @@ class BlockSpaceManager:
         uneven = {b: sorted(f) for b, f in fill.items() if len(f) > 1}
         if uneven:
             raise BlockError(f"shared blocks hold different token counts in different tables: {uneven}")
+        stale = [(src, dst) for src, dst in self._copies if holders[dst] == 0]
+        if stale:
+            raise BlockError(f"queued copy-on-write copies into blocks no table holds: {stale}")
 
     # --- helpers ------------------------------------------------------------------------------
     def _table(self, seq_id) -> BlockTable:

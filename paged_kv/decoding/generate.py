@@ -8,9 +8,12 @@ Cache modes (each chapter adds one; the decoders live in :mod:`paged_kv.decoding
   the prompts, then each step feeds only the newest token and reads the cached K/V.
 * ``"paged"`` (chapter 5): the same through block tables.
 
-All modes must produce the same greedy tokens; the tests check it token for token.
-Prompts of different lengths are batched right-padded; each sequence generates exactly
-``max_new_tokens`` tokens (the byte-level model has no end-of-sequence token).
+All modes must produce the same tokens; the tests check it token for token.  Prompts of
+different lengths are batched right-padded; each sequence generates exactly ``max_new_tokens``
+tokens (the byte-level model has no end-of-sequence token).  A prompt is one *request*; with
+``SamplingParams(n=...)`` it yields ``n`` sequences (its samples), each drawing from its own
+seeded generator (:func:`paged_kv.model.sample_generator`), so a request's text does not depend
+on its batch mates.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from ..defaults import BLOCK_SIZE
 from ..errors import ConfigError, PromptError
 from ..model.attention import check_backend
 from ..model.llama import TinyLlama
-from ..model.sampling import SamplingParams, sample
+from ..model.sampling import SamplingParams, sample, sample_generator
 from ..validate import count
 from .decoders import make_decoder
 
@@ -37,12 +40,16 @@ __all__ = ["GenerationResult", "check_prompts", "generate"]
 class GenerationResult:
     """What :func:`generate` returns.
 
+    One entry per *sequence*: sequence ``b`` is sample ``sample_index[b]`` of request (prompt)
+    ``request_index[b]``; with ``n = 1`` sequences and prompts coincide.
+
     Attributes:
-        prompts: the prompt token ids.
+        prompts: the prompt token ids of each sequence.
         tokens: the generated token ids of each sequence (``max_new_tokens`` each).
         step_seconds: wall time of each step (step 0 is the prefill), in seconds.
         logits: ``[steps, B, V]`` fp32 logits that chose each token, if ``keep_logits``.
         cache_bytes: bytes of KV storage the run allocated (0 for recompute).
+        request_index, sample_index: which request and which of its samples each sequence is.
     """
 
     prompts: list[list[int]]
@@ -50,6 +57,8 @@ class GenerationResult:
     step_seconds: list[float] = field(default_factory=list)
     logits: torch.Tensor | None = None
     cache_bytes: int = 0
+    request_index: list[int] = field(default_factory=list)
+    sample_index: list[int] = field(default_factory=list)
 
     def texts(self, tokenizer, include_prompt: bool = True) -> list[str]:
         """Decode each sequence (prompt + completion, or completion only) to text."""
@@ -95,54 +104,75 @@ def check_prompts(model: TinyLlama, prompts, max_new_tokens: int) -> list[list[i
     return out
 
 
+def _per_request(sampling, num_requests: int) -> list[SamplingParams]:
+    """One SamplingParams per request (a single one applies to all); all with the same ``n``."""
+    if sampling is None:
+        sampling = SamplingParams()
+    params = [sampling] * num_requests if isinstance(sampling, SamplingParams) else list(sampling)
+    for i, sp in enumerate(params):
+        if not isinstance(sp, SamplingParams):
+            raise ConfigError(f"sampling must be a SamplingParams or one per prompt, got {type(sp).__name__} "
+                              f"at {i}: {sp!r:.60}")
+    if len(params) != num_requests:
+        raise ConfigError(f"sampling: {len(params)} SamplingParams for {num_requests} prompts")
+    if len({sp.n for sp in params}) > 1:
+        raise ConfigError(f"every request of one batch must ask for the same n, got {[sp.n for sp in params]}")
+    return params
+
+
 @torch.no_grad()
 def generate(model: TinyLlama, prompts: Sequence[Sequence[int]], max_new_tokens: int,
-             cache: str = "contiguous", sampling: SamplingParams | None = None,
-             generator: torch.Generator | None = None, backend: str = "torch",
-             keep_logits: bool = False,
+             cache: str = "contiguous", sampling: SamplingParams | Sequence[SamplingParams] | None = None,
+             backend: str = "torch", keep_logits: bool = False,
              on_step: Callable[[int, object], None] | None = None,
              block_size: int = BLOCK_SIZE) -> GenerationResult:
-    """Decode ``max_new_tokens`` tokens after each prompt.
+    """Decode ``max_new_tokens`` tokens after each prompt (``n`` samples each, see ``sampling``).
 
     Args:
         model: a :class:`TinyLlama` (eval mode).
-        prompts: B lists of token ids (lengths may differ).
+        prompts: R lists of token ids (lengths may differ); each is one request.
         max_new_tokens: tokens generated per sequence, >= 1.
-        cache: ``"recompute"``, ``"contiguous"`` or ``"paged"``.
-        sampling: default greedy; sampling needs ``generator``.
+        cache: ``"recompute"``, ``"contiguous"`` or ``"paged"`` (samples share the prompt's blocks).
+        sampling: one :class:`SamplingParams` for every request, or one per request (all with the
+            same ``n``); default greedy.  Sample ``j`` of a request seeded ``s`` draws from
+            ``sample_generator(s, j)``.
         backend: ``"torch"`` or ``"triton"`` attention.
-        keep_logits: return the ``[steps, B, V]`` logits as well.
+        keep_logits: return the ``[steps, R * n, V]`` logits as well.
         on_step: called as ``on_step(step, decoder)`` after each step (widgets use it).
         block_size: tokens per block for ``cache="paged"`` (default :data:`~paged_kv.defaults.BLOCK_SIZE`,
             vLLM's 16); ignored otherwise.
 
     Raises:
         PromptError: empty prompt list or prompt, bad token ids, too long for ``max_seq_len``.
-        ConfigError: unknown cache mode or backend, ``max_new_tokens < 1``.
+        ConfigError: unknown cache mode or backend, ``max_new_tokens < 1``, sampling parameters
+            that are not SamplingParams or ask for different ``n``.
     """
     prompts = check_prompts(model, prompts, max_new_tokens)
     max_new_tokens = count("max_new_tokens", max_new_tokens, 1)
     check_backend(backend)
-    sampling = SamplingParams() if sampling is None else sampling
-    if not isinstance(sampling, SamplingParams):
-        raise ConfigError(f"sampling must be a SamplingParams, got {type(sampling).__name__}: {sampling!r:.60}")
-    if not sampling.greedy and generator is None:  # fail before any work, not at step 0
-        raise ConfigError("sampling with temperature > 0 needs an explicit torch.Generator")
-    decoder = make_decoder(model, cache, backend, prompts, max_new_tokens, block_size)
+    params = _per_request(sampling, len(prompts))
+    n = params[0].n
+    decoder = make_decoder(model, cache, backend, prompts, max_new_tokens, block_size, n=n)
+    rows = [(r, j) for r in range(len(prompts)) for j in range(n)]              # sequence b = r * n + j
+    generators = [None if params[r].greedy else sample_generator(params[r].seed, j) for r, j in rows]
     sync = torch.cuda.synchronize if model.device.type == "cuda" else (lambda: None)
-    tokens: list[list[int]] = [[] for _ in prompts]
+    tokens: list[list[int]] = [[] for _ in rows]
     kept, times = [], []
     for step in range(max_new_tokens):
         t0 = time.perf_counter()
         logits = decoder.prefill(prompts) if step == 0 else decoder.decode([t[-1] for t in tokens])
-        nxt = sample(logits, sampling, generator).tolist()
+        nxt = []
+        for r, sp in enumerate(params):         # each request's rows with its own parameters
+            rs = slice(r * n, (r + 1) * n)
+            nxt += sample(logits[rs], sp, None if sp.greedy else generators[rs]).tolist()
         sync()
         times.append(time.perf_counter() - t0)
-        for t, n in zip(tokens, nxt):
-            t.append(int(n))
+        for t, x in zip(tokens, nxt):
+            t.append(int(x))
         if keep_logits:
             kept.append(logits.detach().cpu())
         if on_step is not None:
             on_step(step, decoder)
-    return GenerationResult(prompts, tokens, times, torch.stack(kept) if keep_logits else None,
-                            decoder.cache_bytes)
+    return GenerationResult([prompts[r] for r, _ in rows], tokens, times,
+                            torch.stack(kept) if keep_logits else None, decoder.cache_bytes,
+                            [r for r, _ in rows], [j for _, j in rows])

@@ -1,36 +1,54 @@
-"""Choosing the next token from logits: greedy, temperature, top-k, top-p (nucleus).
+"""Choosing the next token from logits: greedy, temperature, top-k, top-p (nucleus), with seeds
+the way serving engines define them.
 
-Randomness always comes from an explicit ``torch.Generator``, so a seeded run of the book
-prints the same text every time, on every backend.
+A request's randomness is its own: each sequence draws from a ``torch.Generator`` seeded from
+its request's ``seed`` and its index among the request's ``n`` samples (:func:`sample_generator`,
+vLLM v1's rule: child ``i`` of a request with seed ``s`` samples with seed ``s + i``).  So a
+request prints the same text alone or in any batch, on every backend and cache mode, and its
+``n`` samples differ from each other and are reproducible.
+
+Legend: B sequences, V vocabulary.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 import torch
 
 from ..errors import ConfigError, TensorError
 from ..validate import count, real
 
+__all__ = ["SamplingParams", "sample", "sample_generator"]
+
 
 @dataclass(frozen=True)
 class SamplingParams:
-    """How to pick the next token.
+    """How one request picks its tokens (field names as in vLLM's ``SamplingParams``).
 
     Attributes:
         temperature: ``0`` means greedy (argmax); otherwise logits are divided by it (> 0).
         top_k: keep only the k most likely tokens (``None``: all).
         top_p: keep the smallest set of tokens whose probability reaches ``top_p``
             (Holtzman et al. 2020), in ``(0, 1]``.
+        seed: the request's seed; sample ``i`` draws from :func:`sample_generator` ``(seed, i)``.
+            Required when ``temperature > 0`` (no run is silently unseeded); ignored when greedy.
+        n: samples per request (parallel sampling, vLLM paper §4.4): with the paged cache they
+            share the prompt's blocks.  Greedy ``n > 1`` would give ``n`` identical copies, so it is
+            refused.
 
     Raises:
-        ConfigError: negative temperature, ``top_k < 1`` or ``top_p`` outside ``(0, 1]``.
+        ConfigError: a negative or non-numeric temperature, ``top_k < 1``, ``top_p`` outside
+            ``(0, 1]``, a seed that is not an int >= 0, ``n < 1``, sampling without a seed, or
+            greedy with ``n > 1``.
     """
 
     temperature: float = 0.0
     top_k: int | None = None
     top_p: float | None = None
+    seed: int | None = None
+    n: int = 1
 
     def __post_init__(self) -> None:
         fix = lambda name, value: object.__setattr__(self, name, value)  # frozen dataclass
@@ -39,24 +57,50 @@ class SamplingParams:
             fix("top_k", count("top_k (or None)", self.top_k, 1))
         if self.top_p is not None:
             fix("top_p", real("top_p (or None)", self.top_p, 0.0, 1.0, low_open=True))
+        if self.seed is not None:
+            fix("seed", count("seed (or None)", self.seed, 0))
+        fix("n", count("n (samples per request)", self.n, 1))
+        if not self.greedy and self.seed is None:
+            raise ConfigError(f"sampling with temperature {self.temperature} needs a seed "
+                              f"(SamplingParams(..., seed=0)): no run is silently unseeded")
+        if self.greedy and self.n > 1:
+            raise ConfigError(f"greedy decoding with n={self.n} would give {self.n} identical "
+                              f"samples; set temperature > 0 (and a seed), or use beam search")
 
     @property
     def greedy(self) -> bool:
         return self.temperature == 0
 
 
-def sample(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None = None) -> torch.Tensor:
+def sample_generator(seed: int, index: int = 0, device="cpu") -> torch.Generator:
+    """The generator of sample ``index`` of a request seeded ``seed``: ``seed + index``, vLLM v1's
+    rule for parallel sampling (``vllm/v1/engine/parallel_sampling.py``).
+
+    Raises:
+        ConfigError: a seed or index that is not an int >= 0.
+    """
+    seed, index = count("seed", seed, 0), count("index", index, 0)
+    return torch.Generator(device=device).manual_seed(seed + index)
+
+
+def sample(logits: torch.Tensor, params: SamplingParams,
+           generators: Sequence[torch.Generator] | None = None) -> torch.Tensor:
     """Pick one token per row of ``logits [B, V]``; returns int64 ``[B]``.
 
-    Raises ``TensorError`` if ``logits`` is not 2-D, ``ConfigError`` if sampling needs a
-    generator and none was given (so that no run is silently unseeded).
+    Greedy: argmax (no generator needed).  Otherwise row ``b`` draws from ``generators[b]`` alone,
+    so a sequence's draw never depends on which other rows share the batch.
+
+    Raises:
+        TensorError: ``logits`` is not 2-D.
+        ConfigError: sampling without one generator per row.
     """
     if logits.dim() != 2:
         raise TensorError(f"logits must be [B, V], got shape {tuple(logits.shape)}")
     if params.greedy:
         return logits.argmax(dim=-1)
-    if generator is None:
-        raise ConfigError("sampling with temperature > 0 needs an explicit torch.Generator")
+    if generators is None or len(generators) != logits.shape[0]:
+        got = "none" if generators is None else len(generators)
+        raise ConfigError(f"sampling needs one torch.Generator per row: {logits.shape[0]} rows, {got} given")
     scores = logits.float() / params.temperature
     if params.top_k is not None and params.top_k < scores.shape[-1]:
         kth = torch.topk(scores, params.top_k, dim=-1).values[:, -1:]
@@ -68,5 +112,6 @@ def sample(logits: torch.Tensor, params: SamplingParams, generator: torch.Genera
         drop_sorted = before >= params.top_p  # the first token is always kept
         drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
         scores = scores.masked_fill(drop, float("-inf"))
-    probs = torch.softmax(scores, dim=-1)
-    return torch.multinomial(probs.cpu(), 1, generator=generator).squeeze(-1).to(logits.device)
+    probs = torch.softmax(scores, dim=-1).cpu()
+    picks = [torch.multinomial(probs[b], 1, generator=g) for b, g in enumerate(generators)]
+    return torch.cat(picks).to(logits.device)

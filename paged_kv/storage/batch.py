@@ -145,6 +145,6 @@ def run_paged_batch(model, cache, batch: PagedBatch, backend: str = "torch") -> 
 
     Raises whatever the cache and model raise (``CacheError``, ``TensorError``, ``PromptError``).
     """
-    cache.copy_blocks(batch.copies)
+    cache.copy_blocks(batch.copies, backend)
     logits = model(batch.input_ids, batch.metadata, cache, backend)      # (B, T, V)
     return last_token_logits(logits, batch.num_new)

@@ -6,8 +6,8 @@ over a **slot mapping** (where each new token's K/V goes) and **block tables** (
 sequence's tokens are); this class writes with :func:`kernels.cache_ops.store_kv` and reads with
 :func:`kernels.paged_attention.paged_decode_attention` (or their PyTorch references).
 
-Layout per layer: ``k_cache[layer]``, ``v_cache[layer]`` of shape ``[NB, BS, Hkv, D]``, the
-layout of vLLM's flash-attention backend (token-major inside a block, so one token's heads are
+Layout: ``k_cache``, ``v_cache`` of shape ``[L, NB, BS, Hkv, D]``, so layer ``l``'s cache
+``k_cache[l]`` is ``[NB, BS, Hkv, D]``, the layout of vLLM's flash-attention backend (token-major inside a block, so one token's heads are
 contiguous and a slot's ``Hkv * D`` elements are written in one piece).
 
 Legend: B batch, T tokens, H query heads, Hkv kv heads, D head_dim, L layers, NB blocks,
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import torch
 
-from kernels import cache_ops, paged_attention
+from kernels import cache_ops, copy_blocks, paged_attention
 
 from ..defaults import BLOCK_SIZE
 from ..errors import CacheError, ConfigError, TensorError
@@ -61,9 +61,11 @@ class PagedKVCache:
         if dtype not in KV_DTYPE_NAMES:
             raise ConfigError(f"cache dtype must be one of {list(KV_DTYPE_NAMES)}, got {dtype}")
         self.dtype, self.device = dtype, torch.device(device or "cpu")
-        shape = (self.num_blocks, self.block_size, cfg.num_kv_heads, cfg.head_dim)    # (NB, BS, Hkv, D)
-        self.k_cache = [torch.zeros(shape, dtype=dtype, device=self.device) for _ in range(cfg.num_layers)]
-        self.v_cache = [torch.zeros(shape, dtype=dtype, device=self.device) for _ in range(cfg.num_layers)]
+        # All layers in one tensor (L, NB, BS, Hkv, D): k_cache[l] is layer l's (NB, BS, Hkv, D) view,
+        # and one copy-on-write launch reaches every layer (kernels/copy_blocks.py).
+        shape = (cfg.num_layers, self.num_blocks, self.block_size, cfg.num_kv_heads, cfg.head_dim)
+        self.k_cache = torch.zeros(shape, dtype=dtype, device=self.device)
+        self.v_cache = torch.zeros(shape, dtype=dtype, device=self.device)
 
     @classmethod
     def from_memory_budget(cls, cfg: ModelConfig, budget_bytes: int, block_size: int = BLOCK_SIZE,
@@ -95,7 +97,7 @@ class PagedKVCache:
     @property
     def nbytes(self) -> int:
         """Bytes held by all K and V tensors of all layers (what ``torch`` allocated)."""
-        return sum(t.numel() * t.element_size() for t in self.k_cache + self.v_cache)
+        return (self.k_cache.numel() + self.v_cache.numel()) * self.k_cache.element_size()
 
     @property
     def bytes_per_block(self) -> int:
@@ -129,19 +131,24 @@ class PagedKVCache:
             return
         cache_ops.store_kv_reference(k, v, cache_k, cache_v, slots)
 
-    def copy_blocks(self, copies: list[tuple[int, int]]) -> None:
-        """Copy whole blocks ``src -> dst`` in every layer (copy-on-write, vLLM paper §4.4).
+    def copy_blocks(self, copies: list[tuple[int, int]], backend: str = "torch") -> None:
+        """Copy whole blocks ``src -> dst`` in every layer, K and V (copy-on-write, vLLM paper §4.4).
 
         ``copies`` is what :meth:`paged_kv.blocks.BlockSpaceManager.take_copies` returns.
+        ``backend="triton"`` runs :func:`kernels.copy_blocks.copy_blocks` (one launch for all layers),
+        ``"torch"`` its PyTorch reference.
+
+        Raises:
+            CacheError: a block id outside the pool, or copies whose order would matter.
         """
+        check_backend(backend)
         if not copies:
             return
-        src = torch.tensor([s for s, _ in copies], device=self.device)
-        dst = torch.tensor([d for _, d in copies], device=self.device)
-        if int(torch.cat([src, dst]).min()) < 0 or int(torch.cat([src, dst]).max()) >= self.num_blocks:
-            raise CacheError(f"block copies {copies} leave the pool's blocks 0..{self.num_blocks - 1}")
-        for cache in self.k_cache + self.v_cache:
-            cache[dst] = cache[src]
+        mapping = torch.tensor(copies, dtype=torch.int64, device=self.device).reshape(-1, 2)   # (N, 2)
+        if backend == "triton":
+            copy_blocks.copy_blocks(self.k_cache, self.v_cache, mapping)
+        else:
+            copy_blocks.copy_blocks_reference(self.k_cache, self.v_cache, mapping)
 
     # --- reads -----------------------------------------------------------------------------
     def decode_attention(self, layer: int, q: torch.Tensor, meta: AttentionMetadata, backend: str) -> torch.Tensor:

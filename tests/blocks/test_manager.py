@@ -459,6 +459,34 @@ class BlockManagerMachine(RuleBasedStateMachine):
 
     @precondition(lambda self: self.tokens)
     @rule(data=st.data())
+    def decode_step(self, data):
+        """One token for several sequences at once, as a decode step does: the manager's count of
+        blocks it takes is exact and all-or-nothing; optionally a sequence is freed before the
+        cache applies the copies (a preemption mid-step), whose queued copies must be dropped."""
+        seqs = data.draw(st.lists(st.sampled_from(sorted(self.tokens)), min_size=1, unique=True))
+        needed = self.m.blocks_to_append_all(seqs)
+        free_before = self.m.num_free_blocks
+        if needed > free_before:
+            return                                            # a caller checks before appending
+        slots = {s: self.m.append_slot(s) for s in seqs}
+        assert self.m.num_free_blocks == free_before - needed
+        for s, slot in slots.items():                         # never a write into a shared block
+            assert self.m.allocator.ref_count(slot // self.BS) == 1, f"{s} writes into a shared block"
+        for s in seqs:
+            (tok,) = self._new_tokens(1)
+            self.tokens[s].append(tok)
+        victim = data.draw(st.none() | st.sampled_from(seqs))
+        if victim is not None:
+            self.m.free(victim)
+            del self.tokens[victim]
+            del slots[victim]
+        self.m.check()                                        # no queued copy into a freed block
+        self._apply_copies()
+        for s, slot in slots.items():
+            self.cache[slot] = self.tokens[s][-1]
+
+    @precondition(lambda self: self.tokens)
+    @rule(data=st.data())
     def fork(self, data):
         parent = data.draw(st.sampled_from(sorted(self.tokens)))
         free_before = self.m.num_free_blocks

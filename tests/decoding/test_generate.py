@@ -36,15 +36,12 @@ def test_triton_backend_gives_same_tokens(small_model):
 
 
 def test_seeded_sampling_is_reproducible_and_mode_independent(small_model):
-    params = SamplingParams(temperature=0.9, top_k=40, top_p=0.9)
-    runs = [generate(small_model, PROMPTS, 16, cache=c, sampling=params,
-                     generator=torch.Generator().manual_seed(7)).tokens
-            for c in ("recompute", "contiguous", "contiguous")]
-    assert runs[0] == runs[1] == runs[2]
-    other = generate(small_model, PROMPTS, 16, sampling=params, generator=torch.Generator().manual_seed(8)).tokens
+    params = SamplingParams(temperature=0.9, top_k=40, top_p=0.9, seed=7)
+    runs = [generate(small_model, PROMPTS, 16, cache=c, sampling=params).tokens
+            for c in ("recompute", "contiguous", "contiguous", "paged")]
+    assert runs[0] == runs[1] == runs[2] == runs[3]
+    other = generate(small_model, PROMPTS, 16, sampling=SamplingParams(0.9, 40, 0.9, seed=8)).tokens
     assert other != runs[0]
-
-
 
 
 def test_cache_holds_what_recompute_computes(small_model):
@@ -79,7 +76,7 @@ def test_unknown_mode_and_backend_raise(small_model):
         generate(small_model, [[1]], 2, cache="magic")
     with pytest.raises(ConfigError, match="backend"):
         generate(small_model, [[1]], 2, backend="cuda")
-    with pytest.raises(ConfigError, match="Generator"):
+    with pytest.raises(ConfigError, match="needs a seed"):
         generate(small_model, [[1]], 2, sampling=SamplingParams(temperature=1.0))
 
 

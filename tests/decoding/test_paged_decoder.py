@@ -9,7 +9,7 @@ import random
 import pytest
 import torch
 
-from paged_kv.blocks import BlockSpaceManager
+from paged_kv.blocks import BlockHistory, BlockSpaceManager
 from paged_kv.errors import OutOfBlocksError
 from paged_kv.decoding import ContiguousDecoder, generate
 from paged_kv.decoding import PagedDecoder
@@ -49,10 +49,10 @@ def test_scattered_small_blocks_give_the_same_tokens(small_model, backend):
     """Block size 4 and a shuffled free list: every sequence's blocks land far apart."""
     n = 6 if backend == "triton" else 20
     expected = generate(small_model, PROMPTS, n, cache="contiguous").tokens
-    decoder = PagedDecoder(small_model, backend, PROMPTS, n, block_size=4, num_blocks=40)
     order = list(range(40))
     random.Random(0).shuffle(order)
-    decoder.manager = BlockSpaceManager(40, 4, free_order=order)
+    pool = BlockHistory(BlockSpaceManager(40, 4, free_order=order), record=False)
+    decoder = PagedDecoder(small_model, backend, PROMPTS, n, block_size=4, history=pool)
     tokens, _ = _greedy(decoder, PROMPTS, n)
     assert tokens == expected
     tables = decoder.block_tables()
@@ -70,7 +70,8 @@ def test_blocks_grow_on_demand(small_model):
         tokens = [len(p) + step for p in PROMPTS]
         assert blocks == [-(-t // BS) for t in tokens], f"step {step}"
     per_block = 2 * cfg.num_layers * BS * cfg.num_kv_heads * cfg.head_dim * 4    # fp32 bytes
-    pool_blocks = sum(-(-(len(p) + n) // BS) for p in PROMPTS)                   # 1+1+2+2
+    # the last sampled token is never fed back, so each sequence stores prompt + n - 1 tokens
+    pool_blocks = sum(-(-(len(p) + n - 1) // BS) for p in PROMPTS)               # 1+1+2+2
     assert res.cache_bytes == pool_blocks * per_block
 
 

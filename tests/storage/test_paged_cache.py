@@ -30,7 +30,7 @@ def test_budget_sizing(small_cfg):
 @pytest.mark.parametrize("backend", ["torch", "triton"])
 def test_store_follows_the_slot_mapping(small_cfg, backend):
     cache = PagedKVCache(small_cfg, 4, 8)
-    for t in cache.k_cache + cache.v_cache:
+    for t in [*cache.k_cache, *cache.v_cache]:
         t.fill_(float("nan"))
     Hkv, D = small_cfg.num_kv_heads, small_cfg.head_dim
     k, v = torch.randn(2, 3, Hkv, D), torch.randn(2, 3, Hkv, D)
@@ -59,13 +59,15 @@ def test_store_and_read_need_paged_metadata(small_cfg):
         cache.decode_attention(0, torch.zeros(1, small_cfg.num_heads, small_cfg.head_dim), meta, "torch")
 
 
-def test_copy_blocks_copies_every_layer(small_cfg):
+@pytest.mark.parametrize("backend", ["torch", "triton"])
+def test_copy_blocks_copies_every_layer(small_cfg, backend):
     cache = PagedKVCache(small_cfg, 3, 4)
-    for t in cache.k_cache + cache.v_cache:
+    for t in [*cache.k_cache, *cache.v_cache]:
         t.normal_()
-    before = [t[0].clone() for t in cache.k_cache + cache.v_cache]
-    cache.copy_blocks([(0, 2)])
-    for t, b in zip(cache.k_cache + cache.v_cache, before):
-        assert torch.equal(t[2], b) and torch.equal(t[0], b)
+    before = [t[0].clone() for t in [*cache.k_cache, *cache.v_cache]]
+    middle = [t[1].clone() for t in [*cache.k_cache, *cache.v_cache]]
+    cache.copy_blocks([(0, 2)], backend)
+    for t, b, m in zip([*cache.k_cache, *cache.v_cache], before, middle):
+        assert torch.equal(t[2], b) and torch.equal(t[0], b) and torch.equal(t[1], m)
     with pytest.raises(CacheError):
-        cache.copy_blocks([(0, 3)])
+        cache.copy_blocks([(0, 3)], backend)
