@@ -58,6 +58,9 @@ class BeamSearchResult:
         blocks_used: per step, physical blocks the beams held (shared blocks once).
         blocks_unshared: per step, the blocks the same beams would hold without sharing
             (``sum`` over beams of ``ceil(tokens / BS)``).
+        divergence: per step, how many of the last generated tokens the live beams do not all
+            share (generated tokens minus the beams' common prefix): beams *coalesce*, all of
+            them descend from one beam this many tokens back.
         history: the recorded :class:`~paged_kv.blocks.BlockHistory` (``record=True``), else ``None``.
         cache_bytes: bytes of the paged pool (all layers, K and V).
     """
@@ -66,6 +69,7 @@ class BeamSearchResult:
     beams: list[Beam]
     blocks_used: list[int] = field(default_factory=list)
     blocks_unshared: list[int] = field(default_factory=list)
+    divergence: list[int] = field(default_factory=list)
     history: BlockHistory | None = None
     cache_bytes: int = 0
 
@@ -131,7 +135,7 @@ def beam_search(model: TinyLlama, prompt, beam_width: int, max_new_tokens: int, 
     logp = run([0], [prompt], "prefill")                                  # (1, V)
     live = [Beam([], 0.0, 0)]
     next_id = 1
-    used, unshared = [], []
+    used, unshared, diverge = [], [], []
     for step in range(max_new_tokens):
         scores = torch.tensor([b.logprob for b in live], dtype=torch.float64)[:, None] + logp.double()
         chosen = select_candidates(scores, k)
@@ -163,7 +167,12 @@ def beam_search(model: TinyLlama, prompt, beam_width: int, max_new_tokens: int, 
         u, w = usage(seqs)
         used.append(u)
         unshared.append(w)
+        gen = len(children[0].tokens)
+        common = 0
+        while common < gen and len({c.tokens[common] for c in children}) == 1:
+            common += 1
+        diverge.append(gen - common)
     for b in live:                                                        # the pool comes back whole
         history.free(b.seq_id)
     manager.check()
-    return BeamSearchResult(list(prompt), final, used, unshared, history if record else None, cache.nbytes)
+    return BeamSearchResult(list(prompt), final, used, unshared, diverge, history if record else None, cache.nbytes)

@@ -5,7 +5,9 @@
 which records every event) decides the slots, a :class:`~paged_kv.storage.PagedKVCache` holds
 the K/V, and :func:`~paged_kv.storage.prepare_paged_batch` / :func:`~paged_kv.storage.run_paged_batch`
 run the model through the block tables.  Each request is prefilled when it arrives; each
-"decode step" feeds every running request its pending token (greedy).
+"decode step" feeds every running request its pending token.  A request can be *forked* (chapter 6):
+the child shares every block of its parent and draws its own next token, so the two diverge and
+the first write into their shared, partly filled last block copies it (copy-on-write).
 
 The panel around it (buttons, figure) is :func:`paged_kv.widgets.blocks.block_panel`; the serving
 engine of the later chapters grows from this loop.
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 from ..blocks import BlockHistory, BlockSpaceManager
 from ..errors import BlockError, PromptError
+from ..model.sampling import SamplingParams, sample, sample_generator
 from ..storage import PagedKVCache, prepare_paged_batch, run_paged_batch
 from ..validate import count
 
@@ -30,6 +33,8 @@ class LiveRequests:
         tokenizer: turns token ids into the labels drawn in the slots (needed with a model).
         num_blocks, block_size: the pool (NB blocks of BS token slots).
         backend: ``"torch"`` or ``"triton"`` attention.
+        sampling: how every sequence picks its tokens (default greedy); sequence ``s`` draws from
+            ``sample_generator(seed, s)``, so a fork continues differently from its parent.
 
     Raises:
         OutOfBlocksError: (from the manager) a prompt does not fit the free blocks; nothing changes.
@@ -39,8 +44,11 @@ class LiveRequests:
     """
 
     def __init__(self, model=None, tokenizer=None, num_blocks: int = 24, block_size: int = 8,
-                 backend: str = "torch") -> None:
+                 backend: str = "torch", sampling: SamplingParams | None = None) -> None:
         self.model, self.tokenizer, self.backend = model, tokenizer, backend
+        self.sampling = sampling or SamplingParams()
+        self.logits: dict[int, object] = {}   # per running request: the logits of its pending token
+        self._gens: dict[int, object] = {}
         self.history = BlockHistory(BlockSpaceManager(num_blocks, block_size))
         self.cache = None
         if model is not None:
@@ -78,8 +86,25 @@ class LiveRequests:
         self.history.allocate(seq, labels)           # raises OutOfBlocksError before any change
         self._next_id += 1
         self.tokens[seq] = list(ids)
-        self.pending[seq] = self._forward([seq], [ids], "prefill")[0]
+        self._forward([seq], [ids], "prefill")
         return seq
+
+    def fork(self, seq: int) -> int:
+        """A new request that continues ``seq``: it shares all of ``seq``'s blocks (ref counts + 1,
+        no block taken, vLLM paper §4.4) and draws its own pending token from ``seq``'s last logits.
+        Returns the child's id.
+
+        Raises:
+            BlockError: ``seq`` is not running.
+        """
+        seq = self._running(seq)
+        child = self._next_id
+        self.history.fork(seq, child)
+        self._next_id += 1
+        self.tokens[child] = list(self.tokens[seq])
+        self.logits[child] = self.logits[seq]
+        self.pending[child] = self._pick(child, self.logits[child])
+        return child
 
     def step(self) -> list[str]:
         """One decode step for every running request that can get a slot; returns notes on those
@@ -98,16 +123,15 @@ class LiveRequests:
             self.tokens[seq].append(token)
             ran.append(seq)
         if ran:
-            nxt = self._forward(ran, [[self.tokens[s][-1]] for s in ran], "decode")
-            self.pending.update(zip(ran, nxt))
+            self._forward(ran, [[self.tokens[s][-1]] for s in ran], "decode")
         return notes
 
     def finish(self, seq: int) -> None:
         """The request is done: its blocks go back to the free list."""
         self._running(seq)
         self.history.free(seq)
-        self.pending.pop(seq, None)
-        self.tokens.pop(seq, None)
+        for state in (self.pending, self.tokens, self.logits, self._gens):
+            state.pop(seq, None)
 
     def text(self, seq: int) -> str:
         """Prompt and generated text of running request ``seq`` (its pending token included)."""
@@ -124,11 +148,24 @@ class LiveRequests:
             raise BlockError(f"request {seq!r} is not running (running: {self.running})")
         return seq
 
-    def _forward(self, seqs: list[int], ids: list[list[int]], phase: str) -> list[int]:
-        """Run the model on the new tokens of ``seqs`` (all already have their slots); greedy next
-        tokens.  Without a model, the queued copy-on-write copies are dropped (nothing to copy)."""
+    def _pick(self, seq: int, logits) -> int:
+        """Sequence ``seq``'s next token from ``logits [V]`` (0 without a model)."""
+        if logits is None:
+            return 0
+        if self.sampling.greedy:
+            return int(logits.argmax())
+        gen = self._gens.setdefault(seq, sample_generator(self.sampling.seed, seq))
+        return int(sample(logits[None], self.sampling, [gen])[0])
+
+    def _forward(self, seqs: list[int], ids: list[list[int]], phase: str) -> None:
+        """Run the model on the new tokens of ``seqs`` (all already have their slots), then pick each
+        one's pending token.  Without a model, the queued copy-on-write copies are dropped (nothing
+        to copy)."""
         batch = prepare_paged_batch(self.manager, seqs, ids, phase,
                                     self.model.device if self.model is not None else None)
-        if self.model is None:
-            return [0] * len(seqs)
-        return run_paged_batch(self.model, self.cache, batch, self.backend).argmax(-1).tolist()
+        rows = [None] * len(seqs)
+        if self.model is not None:
+            rows = list(run_paged_batch(self.model, self.cache, batch, self.backend).float().cpu())
+        for s, row in zip(seqs, rows):
+            self.logits[s] = row
+            self.pending[s] = self._pick(s, row)

@@ -8,19 +8,24 @@ recovers, over request traces shaped like the vLLM paper's.  Pure Python and num
 * :mod:`~paged_kv.sim.simulator`: :func:`simulate`, the iteration-level loop (its scheduling rules
   come from :mod:`paged_kv.scheduling`), :class:`IterationTime`;
 * :mod:`~paged_kv.sim.result`: :class:`SimResult`, what a run records, and its averages;
-* :mod:`~paged_kv.sim.paper_setup`: the paper's OPT-13B/A100 set-up and printed numbers.
+* :mod:`~paged_kv.sim.paper_setup`: the paper's OPT-13B/A100 set-up and printed numbers;
+* :mod:`~paged_kv.sim.sharing`: requests of n samples or k beams sharing blocks (chapter 6):
+  :func:`memory_saving` (the paper's Figure 15), :class:`SharedPagedPolicy`,
+  :class:`GroupContiguousPolicy` (Figure 14).
 """
 
 from .paper_setup import A100_40GB, PAPER_RESULTS, PAPER_SETUP, ServingSetup, comparison_rows, format_table
 from .policies import POLICIES, ContiguousPolicy, OrcaMax, OrcaOracle, OrcaPow2, PagedPolicy, make_policy
 from .policy import CATEGORIES, MemoryPolicy
 from .result import STEP_FIELDS, Layout, SimResult
+from .sharing import GroupContiguousPolicy, SharedPagedPolicy, Sharing, group_blocks, memory_saving
 from .simulator import IterationTime, simulate
 from .traces import (ALPACA_LIKE, LENGTH_MODELS, SHAREGPT_LIKE, LengthModel, Trace, length_model, load_trace,
                      poisson_arrivals, synthetic_trace, trace_from_rows)
 
 __all__ = [
-    "A100_40GB", "ALPACA_LIKE", "CATEGORIES", "ContiguousPolicy", "IterationTime", "LENGTH_MODELS", "Layout",
+    "A100_40GB", "ALPACA_LIKE", "CATEGORIES", "ContiguousPolicy", "GroupContiguousPolicy", "SharedPagedPolicy",
+    "Sharing", "group_blocks", "memory_saving", "IterationTime", "LENGTH_MODELS", "Layout",
     "LengthModel", "MemoryPolicy", "OrcaMax", "OrcaOracle", "OrcaPow2", "PAPER_RESULTS", "PAPER_SETUP",
     "POLICIES", "PagedPolicy", "SHAREGPT_LIKE", "STEP_FIELDS", "ServingSetup", "SimResult", "Trace",
     "comparison_rows", "format_table", "length_model", "load_trace", "make_policy", "poisson_arrivals",

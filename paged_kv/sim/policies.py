@@ -63,7 +63,7 @@ class ContiguousPolicy(MemoryPolicy):
         return (prompt_len + output_len <= self.max_seq_len
                 and self.reservation(prompt_len, output_len) <= self.pool_slots)
 
-    def admission_need(self, prompt_len, output_len):
+    def admission_need(self, prompt_len, output_len, rid=None):
         return self.reservation(prompt_len, output_len)
 
     def _find(self, size: int) -> int:
@@ -77,7 +77,7 @@ class ContiguousPolicy(MemoryPolicy):
                     best = i
         return best
 
-    def can_admit(self, prompt_len, output_len):
+    def can_admit(self, prompt_len, output_len, rid=None):
         return self._find(self.reservation(prompt_len, output_len)) >= 0
 
     def admit(self, rid, prompt_len, output_len, step):
@@ -210,10 +210,10 @@ class PagedPolicy(MemoryPolicy):
                 and self.blocks_for(prompt_len + output_len) <= self.num_blocks
                 and self.blocks_for(prompt_len + 1) <= self.num_blocks - self.watermark_blocks)
 
-    def admission_need(self, prompt_len, output_len):
+    def admission_need(self, prompt_len, output_len, rid=None):
         return self.blocks_for(prompt_len + 1) * self.block_size
 
-    def can_admit(self, prompt_len, output_len):
+    def can_admit(self, prompt_len, output_len, rid=None):
         return len(self._free) - self.blocks_for(prompt_len + 1) >= self.watermark_blocks
 
     def shortfall(self, step):

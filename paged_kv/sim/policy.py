@@ -55,16 +55,30 @@ class MemoryPolicy:
         """Whether the request could ever run here, alone in an empty pool."""
         raise NotImplementedError
 
-    def admission_need(self, prompt_len: int, output_len: int) -> int:
-        """Slots the request must find to be admitted (its reservation, or its prompt's blocks)."""
+    def admission_need(self, prompt_len: int, output_len: int, rid: int | None = None) -> int:
+        """Slots the request must find to be admitted (its reservation, or its prompt's blocks).
+
+        ``rid`` names the request, for a policy that remembers a preempted one (sharing groups,
+        :mod:`paged_kv.sim.sharing`); the others ignore it."""
         raise NotImplementedError
 
-    def can_admit(self, prompt_len: int, output_len: int) -> bool:
+    def can_admit(self, prompt_len: int, output_len: int, rid: int | None = None) -> bool:
         raise NotImplementedError
 
     def shortfall(self, step: int) -> int:
         """How many blocks the running requests lack to grow by one token at ``step`` (0: none)."""
         return 0
+
+    def prefill_tokens(self, prompt_len: int) -> int:
+        """Prompt tokens the model computes to admit a request with ``prompt_len`` tokens (one
+        sequence per request here; :mod:`paged_kv.sim.sharing` counts groups)."""
+        return prompt_len
+
+    def read_tokens(self) -> int:
+        """Cached tokens a decode step's attention reads: every running sequence's whole context
+        (the step time charges these; :mod:`paged_kv.sim.sharing` reads shared blocks once per
+        sequence)."""
+        return self.sum_len
 
     # --- "do it" ----------------------------------------------------------------------------
     def admit(self, rid: int, prompt_len: int, output_len: int, step: int) -> None:

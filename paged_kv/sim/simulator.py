@@ -197,9 +197,10 @@ def simulate(trace: Trace, policy: MemoryPolicy, *, iteration_time: IterationTim
         while waiting:  # FCFS: only the head may be admitted; if it cannot, nobody behind it is
             r = waiting[0]
             p, o = p_now[r], o_left[r]
-            if not may_admit(preempted > 0, len(running), max_batch, admitted, prefill, p, max_prefill_tokens):
+            if not may_admit(preempted > 0, len(running), max_batch, admitted, prefill, policy.prefill_tokens(p),
+                             max_prefill_tokens):
                 break
-            if not can_admit(p, o):  # memory: the policy's "can I?"
+            if not can_admit(p, o, r):  # memory: the policy's "can I?"
                 break
             waiting.popleft()
             admit(r, p, o, step)
@@ -208,13 +209,13 @@ def simulate(trace: Trace, policy: MemoryPolicy, *, iteration_time: IterationTim
             if first_admit[r] != first_admit[r]:  # NaN: first admission
                 first_admit[r] = clock
             admitted += 1
-            prefill += p
+            prefill += policy.prefill_tokens(p)
         if not running:
             raise PagedKVError(f"step {step}: nothing runs and request {waiting[0]} cannot be admitted")
         tok, res, internal = totals()
-        head = need(p_now[waiting[0]], o_left[waiting[0]]) if waiting else None
+        head = need(p_now[waiting[0]], o_left[waiting[0]], waiting[0]) if waiting else None
         ext, free = split_free(head)
-        dt = base + k_kv * tok + k_pf * prefill
+        dt = base + k_kv * policy.read_tokens() + k_pf * prefill
         if check:
             policy.check(head)
         due = 0

@@ -64,6 +64,15 @@ def _grid(num_blocks: int, block_size: int) -> tuple[int, int, int, int]:
     return rows, math.ceil(num_blocks / rows), block_size + label + 1, label
 
 
+def block_cells(block_id: int, num_blocks: int, block_size: int) -> tuple[float, float, int]:
+    """Where :func:`block_traces` draws physical block ``block_id`` in the pool panel: its first
+    and last slot's x (cell centres) and its row y.  Overlays (:mod:`paged_kv.viz.sharing`) use it
+    to frame a block."""
+    rows, _, width, label = _grid(num_blocks, block_size)
+    x0 = (block_id // rows) * width + label
+    return x0, x0 + block_size - 1, block_id % rows
+
+
 def _token_range(logical: int, filled: int, block_size: int) -> str:
     start = logical * block_size
     return f"{start}" if filled == 1 else f"{start}-{start + filled - 1}"

@@ -14,26 +14,33 @@ from IPython.display import display
 
 from ..engine import LiveRequests
 from ..errors import PagedKVError
-from ..model import load_tiny_model
+from ..model import SamplingParams, load_tiny_model
 from ..viz.blocks import blocks_figure, refresh_blocks_figure
+from ..viz.sharing import refresh_sharing_figure, sharing_figure
 from .panel import figure_widget_or_output
 
 __all__ = ["block_panel"]
 
 
 def block_panel(model=None, tokenizer=None, num_blocks: int = 24, block_size: int = 8,
-                use_figure_widget: bool | None = None, load_model: bool = True):
+                use_figure_widget: bool | None = None, load_model: bool = True, sharing: bool = False,
+                sampling: SamplingParams | None = None):
     """The live panel over a fresh :class:`LiveRequests`; returns an ``ipywidgets.VBox``.
 
     With ``model=None`` and ``load_model`` the bundled tiny model is loaded.  ``use_figure_widget``:
     ``None`` tries ``go.FigureWidget`` and falls back to redrawing into an ``Output``.
+    ``sharing=True`` (chapter 6) adds a "fork" button (the selected request forks, sharing its
+    blocks) and draws the sharing overlays (:mod:`paged_kv.viz.sharing`: shared blocks framed,
+    copy-on-write copies as arrows); "finish" then also prunes a beam.  ``sampling`` is how every
+    sequence picks its tokens (default greedy; forks only diverge when sampling).
     The panel's ``.live`` attribute is the :class:`LiveRequests` it drives.
     """
     if model is None and load_model:
         model, tokenizer = load_tiny_model()
-    live = LiveRequests(model, tokenizer, num_blocks, block_size)
+    live = LiveRequests(model, tokenizer, num_blocks, block_size, sampling=sampling)
     title = f"{num_blocks} blocks × {block_size} slots"
-    fig = blocks_figure(live.history.snapshots, title=title, replay=False)
+    draw, refresh = (sharing_figure, refresh_sharing_figure) if sharing else (blocks_figure, refresh_blocks_figure)
+    fig = draw(live.history.snapshots, title=title, replay=False)
     fig, out = figure_widget_or_output(fig, use_figure_widget)
 
     prompt = w.Text(value="To be, or not to be", description="prompt", layout=w.Layout(width="320px"))
@@ -42,16 +49,17 @@ def block_panel(model=None, tokenizer=None, num_blocks: int = 24, block_size: in
     add_text, add_len = w.Button(description="add prompt"), w.Button(description="add length")
     decode = w.Button(description="decode step", button_style="primary")
     which = w.Dropdown(options=[], description="request", layout=w.Layout(width="160px"))
-    finish = w.Button(description="finish", button_style="warning")
+    finish = w.Button(description="finish" if not sharing else "finish / prune", button_style="warning")
+    fork = w.Button(description="fork", button_style="info")
     status = w.HTML()
 
     def redraw(note: str = "") -> None:
         if out is None:
-            refresh_blocks_figure(fig, live.history.snapshots, title)
+            refresh(fig, live.history.snapshots, title)
         else:
             out.clear_output(wait=True)
             with out:
-                display(blocks_figure(live.history.snapshots, title=title, replay=False))
+                display(draw(live.history.snapshots, title=title, replay=False))
         which.options = live.running
         texts = "<br>".join(f"<b>{s}</b>: {live.text(s)!r}" for s in live.running) if model is not None else ""
         status.value = (f"<span style='color:#c00'>{note}</span><br>" if note else "") + texts
@@ -69,12 +77,20 @@ def block_panel(model=None, tokenizer=None, num_blocks: int = 24, block_size: in
             return "no request to finish"
         live.finish(which.value)
 
+    def fork_selected():
+        if which.value is None:
+            return "no request to fork"
+        child = live.fork(which.value)
+        return f"request {child} forked from request {which.value}: it shares all its blocks"
+
     add_text.on_click(act(lambda: live.add(prompt.value) and ""))
     add_len.on_click(act(lambda: live.add(int(length.value)) and ""))
     decode.on_click(act(lambda: "; ".join(live.step())))
     finish.on_click(act(finish_selected))
+    fork.on_click(act(fork_selected))
     redraw()
-    panel = w.VBox([w.HBox([prompt, add_text, length, add_len]), w.HBox([decode, which, finish]),
+    buttons = [decode, which, fork, finish] if sharing else [decode, which, finish]
+    panel = w.VBox([w.HBox([prompt, add_text, length, add_len]), w.HBox(buttons),
                     status, fig if out is None else out])
     panel.live = live
     return panel

@@ -1,0 +1,324 @@
+"""Sharing in the simulator (vLLM paper §4.4 and §6.3): requests that run several sequences,
+``n`` parallel samples or ``k`` beams, and the blocks they share.
+
+Every sequence of a request has the same length ``L`` (prompt ``P`` + tokens generated so far).
+How many physical blocks of ``BS`` slots the request holds (:func:`group_blocks`):
+
+* **no sharing** (each sequence its own copy of everything, as a contiguous cache must):
+  ``width * ceil(L / BS)``;
+* **parallel sampling**: the prompt's *full* blocks are shared by all ``n``; from the prompt's
+  partial block on, each sample owns its blocks (the partial one is copied on the first write):
+  ``P // BS + n * (ceil(L / BS) - P // BS)``;
+* **beam search**: beams *coalesce*: at any step all ``k`` beams descend from one beam a few
+  tokens back, so they share every full block of their common prefix ``c = max(P, L - d)`` and own
+  the rest: ``c // BS + k * (ceil(L / BS) - c // BS)``.  ``d``, the divergence depth, is measured
+  on a real beam search (the tiny model's: about ``2 (k - 1)`` tokens, as a coalescent predicts);
+  a model, since the true beam tree is random (stated in chapter 6 with the measurement).
+
+:func:`memory_saving` is the paper's Figure 15 metric, "the number of blocks we saved by sharing
+divided by the number of total blocks without sharing", summed over every step of every request
+of a trace (each step weighs the same: the ratio of time averages when steps take equal time).
+:class:`SharedPagedPolicy` and :class:`GroupContiguousPolicy` let :func:`paged_kv.sim.simulate`
+serve such requests (the paper's Figure 14): the paged pool with sharing, and the Orca baselines,
+where each sequence reserves its own contiguous region.
+
+Legend: P prompt tokens, L tokens per sequence, BS block size, n/k (``width``) sequences per
+request, d divergence depth.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..defaults import BLOCK_SIZE, MAX_SEQ_LEN, WATERMARK
+from ..errors import BlockError, ConfigError, OutOfBlocksError
+from ..validate import count, real
+from .policies import POLICIES, ContiguousPolicy
+from .policy import MemoryPolicy
+from .traces import Trace
+
+__all__ = ["MODES", "GroupContiguousPolicy", "SharedPagedPolicy", "Sharing", "group_blocks", "memory_saving"]
+
+MODES = ("none", "parallel", "beam")
+
+
+@dataclass(frozen=True)
+class Sharing:
+    """How the sequences of every request of a run share blocks.
+
+    Attributes:
+        mode: ``"parallel"`` (n samples of one prompt), ``"beam"`` (k beams), or ``"none"`` (the
+            same ``width`` sequences, nothing shared).
+        width: sequences per request (n or k), >= 1.
+        divergence: beams only: tokens at the end of the beams that they do not all share (d).
+
+    Raises:
+        ConfigError: an unknown mode, ``width < 1``, a negative divergence.
+    """
+
+    mode: str = "parallel"
+    width: int = 1
+    divergence: int = 0
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ConfigError(f"mode must be one of {MODES}, got {self.mode!r}")
+        object.__setattr__(self, "width", count("width (sequences per request)", self.width, 1))
+        object.__setattr__(self, "divergence", count("divergence (tokens)", self.divergence, 0))
+
+    def unshared(self) -> "Sharing":
+        """The same sequences with nothing shared."""
+        return Sharing("none", self.width)
+
+
+def group_blocks(prompt_len, length, sharing: Sharing, block_size: int) -> np.ndarray:
+    """Blocks a request holds when each of its ``sharing.width`` sequences has ``length`` tokens
+    (the module docstring's formulas); ``prompt_len`` and ``length`` broadcast (numpy arrays)."""
+    bs = count("block_size", block_size, 1)
+    P = np.asarray(prompt_len, dtype=np.int64)
+    L = np.asarray(length, dtype=np.int64)
+    if np.any(L < P) or np.any(P < 1):
+        raise ConfigError("lengths must be >= their prompts >= 1 token")
+    w, per_seq = sharing.width, -(-L // bs)
+    if sharing.mode == "none" or w == 1:
+        return w * per_seq
+    if sharing.mode == "parallel":
+        shared = P // bs
+    else:
+        shared = np.maximum(P, L - sharing.divergence) // bs
+    out = shared + w * (per_seq - shared)
+    return np.where(L == P, -(-P // bs), out)      # before any write the whole prompt is shared
+
+
+def memory_saving(trace: Trace, sharing: Sharing, block_size: int = BLOCK_SIZE) -> float:
+    """The vLLM paper's Figure 15 metric on ``trace``: 1 - (blocks held with sharing) / (blocks
+    held without), summed over every step of every request, from the step a request is admitted
+    (``P + 1`` tokens per sequence) to its last (``P + O``).
+
+    Raises:
+        ConfigError: not a Trace, or a bad block size.
+    """
+    if not isinstance(trace, Trace):
+        raise ConfigError(f"trace must be a paged_kv.sim.Trace, got {type(trace).__name__}")
+    P, O = trace.prompt_len.astype(np.int64), trace.output_len.astype(np.int64)
+    prompts = np.repeat(P, O)                                            # one entry per step
+    steps = np.arange(O.sum()) - np.repeat(np.cumsum(O) - O, O)          # 0 .. O-1 within a request
+    lengths = prompts + 1 + steps
+    with_sharing = group_blocks(prompts, lengths, sharing, block_size).sum()
+    without = group_blocks(prompts, lengths, sharing.unshared(), block_size).sum()
+    return float(1.0 - with_sharing / without)
+
+
+class SharedPagedPolicy(MemoryPolicy):
+    """The paged pool serving requests of ``sharing.width`` sequences that share blocks.
+
+    Block counts follow :func:`group_blocks`; a step costs O(1) plus one operation per request
+    whose block count changes at it (requests are bucketed by the step residue, mod BS, at which
+    they need new blocks and, for beams, at which a block becomes common to all beams), as
+    :class:`~paged_kv.sim.PagedPolicy` does.  Token accounting: ``token_states`` counts the slots
+    holding a token (a shared slot once; ``reserved`` is 0, ``internal`` the empty slots of the
+    blocks held); :meth:`read_tokens` counts what attention reads, every sequence its whole context
+    (shared blocks are read once per sequence); a prompt is prefilled once.  A request the
+    simulator preempts comes back with the same sharing structure (as swapping a group out and in
+    keeps it), counted from the prompt it first arrived with.  No slot-by-slot layout.
+
+    Raises:
+        ConfigError: bad sizes, a watermark outside ``[0, 1)``, a non-:class:`Sharing` argument.
+        OutOfBlocksError: :meth:`admit` or :meth:`append` without enough free blocks.
+    """
+
+    def __init__(self, pool_slots: int, max_seq_len: int = MAX_SEQ_LEN, block_size: int = BLOCK_SIZE,
+                 sharing: Sharing = Sharing(), watermark: float = WATERMARK) -> None:
+        super().__init__(pool_slots, max_seq_len)
+        if not isinstance(sharing, Sharing):
+            raise ConfigError(f"sharing must be a Sharing, got {sharing!r}")
+        self.sharing, self.block_size = sharing, count("block_size", block_size, 1)
+        self.name = f"paged ({sharing.mode} x{sharing.width})" if sharing.mode != "none" else f"paged (x{sharing.width})"
+        self.num_blocks = self.pool_slots // self.block_size
+        self.watermark_blocks = int(real("watermark", watermark, 0.0, 1.0, high_open=True) * self.num_blocks)
+        self.free_blocks = self.num_blocks
+        self.prompt0: dict[int, int] = {}      # rid -> the prompt it first arrived with
+        self.blocks: dict[int, int] = {}
+        self.sum_read = 0
+        self._grow = [set() for _ in range(self.block_size)]
+        self._merge = [set() for _ in range(self.block_size)]
+
+    # --- the formulas, for one request ---------------------------------------------------------
+    def _blocks(self, p0: int, length: int) -> int:
+        return int(group_blocks(p0, length, self.sharing, self.block_size))
+
+    def _stored(self, p0: int, length: int) -> int:
+        """Slots holding a token: the shared full blocks' tokens once, the rest per sequence."""
+        w, bs, mode = self.sharing.width, self.block_size, self.sharing.mode
+        if mode == "none" or w == 1:
+            return w * length
+        common = p0 if mode == "parallel" else max(p0, length - self.sharing.divergence)
+        shared = (common // bs) * bs
+        return shared + w * (length - shared)
+
+    def _buckets(self, rid: int) -> tuple[int, int]:
+        """Step residues (mod BS) at which ``rid`` may take new blocks, and (beams) merge one."""
+        p, _, s0 = self._seqs[rid]
+        return (s0 - p) % self.block_size, (s0 - p - 1 + self.sharing.divergence) % self.block_size
+
+    # --- "can I?" ------------------------------------------------------------------------------
+    def fits(self, prompt_len, output_len):
+        return (prompt_len + output_len <= self.max_seq_len
+                and self._blocks(prompt_len, prompt_len + output_len) <= self.num_blocks
+                and self._blocks(prompt_len, prompt_len + 1) <= self.num_blocks - self.watermark_blocks)
+
+    def admission_need(self, prompt_len, output_len, rid=None):
+        return self._blocks(self.prompt0.get(rid, prompt_len), prompt_len + 1) * self.block_size
+
+    def can_admit(self, prompt_len, output_len, rid=None):
+        need = self._blocks(self.prompt0.get(rid, prompt_len), prompt_len + 1)
+        return self.free_blocks - need >= self.watermark_blocks
+
+    def _step_deltas(self, step: int) -> dict[int, int]:
+        """Blocks each touched request takes (> 0) or gives back (< 0) growing at ``step``."""
+        r = step % self.block_size
+        out = {}
+        for rid in self._grow[r] | self._merge[r]:
+            p, _, s0 = self._seqs[rid]
+            old = p + 1 + (step - 1) - s0                 # tokens per sequence before this step
+            p0 = self.prompt0[rid]
+            out[rid] = self._blocks(p0, old + 1) - self._blocks(p0, old)
+        return out
+
+    def shortfall(self, step):
+        return max(0, sum(self._step_deltas(step).values()) - self.free_blocks)
+
+    # --- "do it" -------------------------------------------------------------------------------
+    def prefill_tokens(self, prompt_len: int) -> int:
+        return prompt_len                      # one prefill serves every sequence of the request
+
+    def read_tokens(self) -> int:
+        return self.sum_read
+
+    def admit(self, rid, prompt_len, output_len, step):
+        p0 = self.prompt0.setdefault(rid, prompt_len)
+        n = self._blocks(p0, prompt_len + 1)
+        if n > self.free_blocks:
+            raise OutOfBlocksError(n, self.free_blocks, f"request {rid}")
+        self._add(rid, prompt_len, output_len, step, n * self.block_size)
+        self.sum_len += self._stored(p0, prompt_len + 1) - (prompt_len + 1)   # _add counted one sequence
+        self.sum_cap = self.sum_len
+        self.sum_read += self.sharing.width * (prompt_len + 1)
+        self.free_blocks -= n
+        self.blocks[rid] = n
+        grow, merge = self._buckets(rid)
+        self._grow[grow].add(rid)
+        if self.sharing.mode == "beam" and self.sharing.width > 1:
+            self._merge[merge].add(rid)
+
+    def append(self, step):
+        deltas = self._step_deltas(step)
+        need = sum(deltas.values())
+        if need > self.free_blocks:
+            raise OutOfBlocksError(need, self.free_blocks, f"step {step} (preempt first)")
+        before = {rid: self._stored(self.prompt0[rid], self.length(rid)) for rid in deltas}
+        self._now = step                        # every sequence grows by one token
+        w = self.sharing.width
+        self.sum_len += w * (self.num_seqs - len(deltas))          # untouched: their tails grow
+        self.sum_len += sum(self._stored(self.prompt0[rid], self.length(rid)) - before[rid] for rid in deltas)
+        self.sum_cap = self.sum_len
+        self.sum_read += w * self.num_seqs
+        for rid, d in deltas.items():
+            self.blocks[rid] += d
+            self.free_blocks -= d
+            self.sum_alloc += d * self.block_size
+
+    def free(self, rid):
+        if rid not in self.blocks:
+            raise BlockError(f"request {rid} is not running")
+        grow, merge = self._buckets(rid)
+        L = self.length(rid)
+        stored = self._stored(self.prompt0[rid], L)
+        n = self.blocks.pop(rid)
+        self._remove(rid, n * self.block_size)
+        self.sum_len += L - stored              # _remove took off one sequence's tokens
+        self.sum_cap = self.sum_len
+        self.sum_read -= self.sharing.width * L
+        self.free_blocks += n
+        self._grow[grow].discard(rid)
+        self._merge[merge].discard(rid)
+
+    # --- reading -------------------------------------------------------------------------------
+    def split_free(self, head_need):
+        return self.pool_slots - self.num_blocks * self.block_size, self.free_blocks * self.block_size
+
+    def owned_slots(self):
+        raise ConfigError("SharedPagedPolicy keeps block counts, not a slot-by-slot layout")
+
+    def free_runs(self, head_need):
+        raise ConfigError("SharedPagedPolicy keeps block counts, not a slot-by-slot layout")
+
+    def check(self, head_need=None):
+        """Block counts agree with the formulas; free + used = the pool; the sums did not drift.
+
+        Raises:
+            BlockError: naming the first disagreement.
+        """
+        for rid in self._seqs:
+            expect = self._blocks(self.prompt0[rid], self.length(rid))
+            if self.blocks[rid] != expect:
+                raise BlockError(f"request {rid} holds {self.blocks[rid]} blocks, expected {expect}")
+        used = sum(self.blocks.values())
+        if self.free_blocks + used != self.num_blocks or self.sum_alloc != used * self.block_size:
+            raise BlockError(f"free {self.free_blocks} + used {used} blocks != {self.num_blocks}")
+        stored = sum(self._stored(self.prompt0[r], self.length(r)) for r in self._seqs)
+        read = self.sharing.width * sum(self.length(r) for r in self._seqs)
+        if (stored, read) != (self.sum_len, self.sum_read):
+            raise BlockError(f"running sums drifted: stored {self.sum_len} vs {stored}, read {self.sum_read} vs {read}")
+
+
+class GroupContiguousPolicy(ContiguousPolicy):
+    """An Orca baseline serving requests of ``width`` sequences: each sequence reserves its own
+    region by the rule of ``base`` (``"max"``, ``"pow2"`` or ``"oracle"``), nothing is shared, and
+    each sequence prefills its own copy of the prompt.  The ``width`` regions of a request are
+    placed as one region of ``width`` times the size (the same slots reserved; placement may differ
+    from ``width`` separate holes).  No slot-by-slot layout of the tokens.
+
+    Raises:
+        ConfigError: an unknown ``base``, ``width < 1``, bad sizes or placement.
+    """
+
+    def __init__(self, pool_slots: int, max_seq_len: int = MAX_SEQ_LEN, base: str = "oracle", width: int = 1,
+                 placement: str = "first-fit") -> None:
+        if base not in ("max", "pow2", "oracle"):
+            raise ConfigError(f"base must be 'max', 'pow2' or 'oracle', got {base!r}")
+        super().__init__(pool_slots, max_seq_len, placement=placement)
+        self.width = count("width (sequences per request)", width, 1)
+        self.rule = POLICIES[base](pool_slots, max_seq_len)
+        self.name = f"{self.rule.name} x{self.width}"
+
+    def reservation(self, prompt_len, output_len):
+        return self.width * self.rule.reservation(prompt_len, output_len)
+
+    def fits(self, prompt_len, output_len):
+        return prompt_len + output_len <= self.max_seq_len and self.reservation(prompt_len, output_len) <= self.pool_slots
+
+    def prefill_tokens(self, prompt_len: int) -> int:
+        return self.width * prompt_len
+
+    def _add(self, rid, p, o, step, alloc):
+        super()._add(rid, p, o, step, alloc)
+        w = self.width
+        self.sum_len += (w - 1) * (p + 1)
+        self.sum_cap += min(alloc, w * (p + o)) - min(alloc, p + o)
+
+    def _remove(self, rid, alloc):
+        p, final, _ = self._seqs[rid]
+        L, w = self.length(rid), self.width
+        super()._remove(rid, alloc)
+        self.sum_len -= (w - 1) * L
+        self.sum_cap -= min(alloc, w * final) - min(alloc, final)
+
+    def append(self, step):
+        super().append(step)
+        self.sum_len += (self.width - 1) * self.num_seqs
+
+    def owned_slots(self):
+        raise ConfigError("GroupContiguousPolicy keeps region sizes, not where each token is")

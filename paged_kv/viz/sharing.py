@@ -1,0 +1,140 @@
+"""Figures for chapter 6: blocks shared by several sequences, and the copies copy-on-write makes.
+
+:func:`sharing_figure` is :func:`paged_kv.viz.blocks.blocks_figure` (the pool and the block tables,
+replayed from recorded snapshots) with two overlays per snapshot:
+
+* every *shared* physical block (ref count >= 2) is framed, the frame thicker and the block darker
+  the more tables hold it, and its label reads ``id ×ref count``;
+* in the step where a sequence writes into a shared, partly filled block, an arrow runs from the
+  block to its copy (``copy-on-write src → dst``).
+
+:func:`savings_figure` draws measured block counts with and without sharing, and
+:func:`latency_figure` normalized latency against request rate (the shapes of the vLLM paper's
+Figures 15 and 14).  All are pure functions of recorded data.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from .blocks import block_cells, blocks_figure, refresh_blocks_figure
+from .palette import COLORS
+
+__all__ = ["latency_figure", "refresh_sharing_figure", "savings_figure", "sharing_figure", "sharing_overlay"]
+
+FRAME_COLOR = "#222222"
+COPY_COLOR = "#D62728"
+
+
+def sharing_overlay(snap) -> tuple[list[dict], list[dict]]:
+    """``(shapes, annotations)`` for one snapshot: a frame around each shared block (line width and
+    shading grow with the ref count) and an arrow for each copy-on-write copy of the snapshot's
+    event.  Coordinates are the pool panel's (``xref="x", yref="y"``)."""
+    shapes, notes = [], []
+    nb, bs = snap.num_blocks, snap.block_size
+    for blk in snap.blocks:
+        if blk.ref_count < 2:
+            continue
+        x0, x1, y = block_cells(blk.block_id, nb, bs)
+        shapes.append(dict(type="rect", xref="x", yref="y", x0=x0 - 0.5, x1=x1 + 0.5, y0=y - 0.45, y1=y + 0.45,
+                           line=dict(color=FRAME_COLOR, width=1 + blk.ref_count),
+                           fillcolor=f"rgba(0,0,0,{min(0.08 * (blk.ref_count - 1), 0.4):.2f})",
+                           layer="above", name=f"shared {blk.block_id}"))
+    for src, dst in snap.event.copies:
+        sx0, sx1, sy = block_cells(src, nb, bs)
+        dx0, dx1, dy = block_cells(dst, nb, bs)
+        notes.append(dict(xref="x", yref="y", axref="x", ayref="y", x=(dx0 + dx1) / 2, y=dy,
+                          ax=(sx0 + sx1) / 2, ay=sy, text="", showarrow=True, arrowhead=3, arrowsize=1.3,
+                          arrowwidth=2.5, arrowcolor=COPY_COLOR, name=f"copy {src}->{dst}"))
+        notes.append(dict(xref="x", yref="y", x=(dx0 + dx1) / 2, y=dy, yshift=-14, showarrow=False,
+                          text=f"<b>copy-on-write {src} → {dst}</b>", font=dict(size=11, color=COPY_COLOR),
+                          bgcolor="rgba(255,255,255,0.85)", name=f"copy label {src}->{dst}"))
+    return shapes, notes
+
+
+def sharing_figure(snapshots: Sequence, title: str = "", active: int | None = None, replay: bool = True,
+                   height: int | None = None) -> go.Figure:
+    """The block layout of ``snapshots`` (a :class:`~paged_kv.blocks.BlockHistory`'s) with the
+    sharing overlays, a slider over the snapshots and a play button (static book), or one snapshot
+    (``replay=False``, the live panel).  Arguments as :func:`paged_kv.viz.blocks.blocks_figure`."""
+    snapshots = list(snapshots)
+    active = len(snapshots) - 1 if active is None else active
+    fig = blocks_figure(snapshots, title=title, active=active, replay=replay, height=height)
+    base_notes = [a.to_plotly_json() for a in fig.layout.annotations]        # the panel titles
+    shapes, notes = sharing_overlay(snapshots[active])
+    fig.update_layout(shapes=shapes, annotations=base_notes + notes)
+    for frame, snap in zip(fig.frames, snapshots):
+        shapes, notes = sharing_overlay(snap)
+        frame.layout.shapes = shapes
+        frame.layout.annotations = base_notes + notes
+    return fig
+
+
+def refresh_sharing_figure(fig, snapshots: Sequence, title: str = "") -> None:
+    """Redraw a :func:`sharing_figure` made with ``replay=False`` (e.g. a ``FigureWidget``) in place
+    to show the last of ``snapshots``."""
+    snapshots = list(snapshots)
+    base_notes = [a.to_plotly_json() for a in fig.layout.annotations
+                  if not str(a.name or "").startswith("copy")]
+    refresh_blocks_figure(fig, snapshots, title)
+    shapes, notes = sharing_overlay(snapshots[-1])
+    with fig.batch_update():
+        fig.layout.shapes = shapes
+        fig.layout.annotations = base_notes + notes
+
+
+def savings_figure(rows: Sequence[Mapping], title: str = "") -> go.Figure:
+    """Paired bars per (mode, width): our memory saving beside the paper's, one panel per trace.
+
+    ``rows``: dicts with ``trace``, ``mode`` ("parallel" or "beam"), ``width``, ``ours`` (a share)
+    and ``paper`` (a share, or ``None`` where the paper prints no single value)."""
+    traces = list(dict.fromkeys(r["trace"] for r in rows))
+    fig = make_subplots(rows=1, cols=len(traces), subplot_titles=traces, shared_yaxes=True,
+                        horizontal_spacing=0.06)
+    for c, name in enumerate(traces, start=1):
+        sub = [r for r in rows if r["trace"] == name]
+        x = [f"{'n' if r['mode'] == 'parallel' else 'k'}={r['width']}<br>{r['mode']}" for r in sub]
+        fig.add_trace(go.Bar(x=x, y=[100 * r["ours"] for r in sub], name="ours", marker_color=COLORS[0],
+                             text=[f"{100 * r['ours']:.1f}%" for r in sub], textposition="outside",
+                             showlegend=c == 1, legendgroup="ours"), row=1, col=c)
+        fig.add_trace(go.Bar(x=x, y=[None if r["paper"] is None else 100 * r["paper"] for r in sub],
+                             name="paper (§6.3)", marker_color=COLORS[1], showlegend=c == 1, legendgroup="paper",
+                             text=["" if r["paper"] is None else f"{100 * r['paper']:.1f}%" for r in sub],
+                             textposition="outside"), row=1, col=c)
+    top = max([100 * r["ours"] for r in rows] + [100 * (r["paper"] or 0) for r in rows])
+    fig.update_yaxes(title_text="memory saved by sharing (%)", range=[0, top * 1.25], row=1, col=1)
+    fig.update_layout(barmode="group", height=420, title=title, margin=dict(l=60, r=20, t=90, b=60),
+                      legend=dict(orientation="h", y=1.12, x=0, yanchor="bottom"))
+    return fig
+
+
+def latency_figure(curves: Mapping[str, Mapping[str, tuple[Sequence[float], Sequence[float]]]],
+                   title: str = "", cap: float | None = None) -> go.Figure:
+    """Normalized latency (s per output token) against request rate, one panel per workload.
+
+    ``curves[panel][policy] = (rates, latencies)``; ``cap`` clips the y axis (a latency that grows
+    without bound past the knee)."""
+    panels = list(curves)
+    cols = min(3, len(panels))
+    nrows = -(-len(panels) // cols)
+    fig = make_subplots(rows=nrows, cols=cols, subplot_titles=panels, horizontal_spacing=0.07,
+                        vertical_spacing=0.16)
+    policies = list(dict.fromkeys(p for panel in curves.values() for p in panel))
+    for i, panel in enumerate(panels):
+        r, c = divmod(i, cols)
+        for j, policy in enumerate(policies):
+            if policy not in curves[panel]:
+                continue
+            rates, lat = curves[panel][policy]
+            fig.add_trace(go.Scatter(x=list(rates), y=list(lat), mode="lines+markers", name=policy,
+                                     legendgroup=policy, showlegend=i == 0, marker=dict(size=5),
+                                     line=dict(color=COLORS[j % len(COLORS)])), row=r + 1, col=c + 1)
+        fig.update_xaxes(title_text="request rate (req/s)", row=r + 1, col=c + 1)
+        fig.update_yaxes(range=[0, cap] if cap else None, row=r + 1, col=c + 1)
+    fig.update_yaxes(title_text="normalized latency (s/token)", col=1)
+    fig.update_layout(height=330 * nrows + 90, title=title, margin=dict(l=60, r=20, t=90, b=50),
+                      legend=dict(orientation="h", y=1.06, x=0, yanchor="bottom"))
+    return fig
