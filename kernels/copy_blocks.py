@@ -80,7 +80,7 @@ def block_start(layer, num_blocks, block_id, elements):
 
 
 @triton.jit
-def _copy_blocks_kernel(
+def copy_blocks_kernel(
     KCaches, VCaches,         # [L, NB, E] contiguous, the same dtype
     Mapping,                  # int64 [N, 2]: (src, dst) block ids
     NB,                       # blocks per layer
@@ -129,7 +129,7 @@ def copy_blocks(k_caches, v_caches, block_mapping, block_e: int = 1024):
     require_triton()
     L, NB = k_caches.shape[:2]
     E = k_caches[0, 0].numel()
-    _copy_blocks_kernel[(N, L)](
+    copy_blocks_kernel[(N, L)](
         k_caches, v_caches, block_mapping.contiguous(), NB,
         E=E, BLOCK_E=min(triton.next_power_of_2(E), triton.next_power_of_2(block_e)),
     )

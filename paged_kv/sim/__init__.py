@@ -18,14 +18,15 @@ from .paper_setup import A100_40GB, PAPER_RESULTS, PAPER_SETUP, ServingSetup, co
 from .policies import POLICIES, ContiguousPolicy, OrcaMax, OrcaOracle, OrcaPow2, PagedPolicy, make_policy
 from .policy import CATEGORIES, MemoryPolicy
 from .result import STEP_FIELDS, Layout, SimResult
-from .sharing import GroupContiguousPolicy, SharedPagedPolicy, Sharing, group_blocks, memory_saving
+from .sharing import (PAPER_SHARING, GroupContiguousPolicy, SharedPagedPolicy, Sharing, capacity, group_blocks,
+                      latency_sweep, memory_saving, normalized_latency)
 from .simulator import IterationTime, simulate
 from .traces import (ALPACA_LIKE, LENGTH_MODELS, SHAREGPT_LIKE, LengthModel, Trace, length_model, load_trace,
                      poisson_arrivals, synthetic_trace, trace_from_rows)
 
 __all__ = [
     "A100_40GB", "ALPACA_LIKE", "CATEGORIES", "ContiguousPolicy", "GroupContiguousPolicy", "SharedPagedPolicy",
-    "Sharing", "group_blocks", "memory_saving", "IterationTime", "LENGTH_MODELS", "Layout",
+    "PAPER_SHARING", "Sharing", "capacity", "group_blocks", "latency_sweep", "memory_saving", "normalized_latency", "IterationTime", "LENGTH_MODELS", "Layout",
     "LengthModel", "MemoryPolicy", "OrcaMax", "OrcaOracle", "OrcaPow2", "PAPER_RESULTS", "PAPER_SETUP",
     "POLICIES", "PagedPolicy", "SHAREGPT_LIKE", "STEP_FIELDS", "ServingSetup", "SimResult", "Trace",
     "comparison_rows", "format_table", "length_model", "load_trace", "make_policy", "poisson_arrivals",

@@ -36,12 +36,28 @@ from ..defaults import BLOCK_SIZE, MAX_SEQ_LEN, WATERMARK
 from ..errors import BlockError, ConfigError, OutOfBlocksError
 from ..validate import count, real
 from .policies import POLICIES, ContiguousPolicy
+from .paper_setup import ServingSetup
 from .policy import MemoryPolicy
+from .result import SimResult
+from .simulator import simulate
 from .traces import Trace
 
-__all__ = ["MODES", "GroupContiguousPolicy", "SharedPagedPolicy", "Sharing", "group_blocks", "memory_saving"]
+__all__ = ["MODES", "PAPER_SHARING", "GroupContiguousPolicy", "SharedPagedPolicy", "Sharing", "capacity",
+           "group_blocks", "latency_sweep", "memory_saving", "normalized_latency"]
 
 MODES = ("none", "parallel", "beam")
+
+# What the vLLM paper prints about sharing (§6.3, OPT-13B on one A100-40GB).  Cited facts, not
+# results of this package.  Fig. 15 draws one bar per width; the text gives only the range of each
+# row, whose ends are the smallest and the largest width (the saving grows with the width).
+PAPER_SHARING = {
+    "citation": "Kwon et al., SOSP 2023, §6.3 and Figs. 14-15",
+    "saving": {("Alpaca-like", "parallel"): (0.061, 0.098), ("Alpaca-like", "beam"): (0.376, 0.552),
+               ("ShareGPT-like", "parallel"): (0.162, 0.305), ("ShareGPT-like", "beam"): (0.443, 0.663)},
+    "widths": (2, 4, 6),
+    # Fig. 14, Alpaca: vLLM's gain over Orca (Oracle) in sustainable request rate.
+    "gain_over_oracle": {"basic sampling": 1.3, "beam search, k = 6": 2.3},
+}
 
 
 @dataclass(frozen=True)
@@ -322,3 +338,57 @@ class GroupContiguousPolicy(ContiguousPolicy):
 
     def owned_slots(self):
         raise ConfigError("GroupContiguousPolicy keeps region sizes, not where each token is")
+
+
+def normalized_latency(result: SimResult) -> float:
+    """The vLLM paper's serving metric (§6.1): the mean over requests of end-to-end latency divided
+    by output length, in seconds per output token."""
+    trace = result.trace
+    return float(np.mean((result.finish_s - trace.arrival_s) / trace.output_len))
+
+
+def latency_sweep(setup: ServingSetup, sharing: Sharing, rates, policies=("paged", "oracle", "pow2"),
+                  num_requests: int = 400, seed: int = 0, block_size: int = BLOCK_SIZE) -> dict:
+    """Normalized latency against request rate for requests of ``sharing.width`` sequences (the
+    shape of the paper's Figure 14): ``{policy name: (rates, latencies)}``.
+
+    ``"paged"`` is :class:`SharedPagedPolicy` with ``sharing``; ``"oracle"``, ``"pow2"``, ``"max"``
+    are :class:`GroupContiguousPolicy` with that Orca rule.  Every policy serves the same trace at
+    each rate, with ``setup``'s pool, context length and step time.
+
+    Raises:
+        ConfigError: an unknown policy, or bad rates or counts.
+    """
+    out: dict[str, tuple[list, list]] = {}
+    step_time = setup.iteration_time()
+    for key in policies:
+        if key not in ("paged", "oracle", "pow2", "max"):
+            raise ConfigError(f"unknown policy {key!r}; known: paged, oracle, pow2, max")
+        xs, ys = [], []
+        name = None
+        for rate in rates:
+            trace = setup.trace(seed=seed, num_requests=num_requests, rate_per_s=rate)
+            policy = (SharedPagedPolicy(setup.pool_slots, setup.max_seq_len, block_size, sharing) if key == "paged"
+                      else GroupContiguousPolicy(setup.pool_slots, setup.max_seq_len, key, sharing.width))
+            if not all(policy.fits(int(p), int(o)) for p, o in zip(trace.prompt_len, trace.output_len)):
+                break                       # e.g. Orca (Max) x 6: one request's regions exceed the pool
+            res = simulate(trace, policy, iteration_time=step_time)
+            name = res.policy
+            xs.append(float(rate))
+            ys.append(normalized_latency(res))
+        out[name or key] = (xs, ys)
+    return out
+
+
+def capacity(rates, latencies, threshold: float) -> float:
+    """The request rate at which a latency curve first reaches ``threshold`` (linear between the
+    two rates around the crossing); the last rate if it never does, the first if it starts above."""
+    rates, lat = list(rates), list(latencies)
+    if not rates:
+        return float("nan")
+    if lat[0] >= threshold:
+        return float(rates[0])
+    for (r0, y0), (r1, y1) in zip(zip(rates, lat), zip(rates[1:], lat[1:])):
+        if y1 >= threshold:
+            return float(r0 + (r1 - r0) * (threshold - y0) / (y1 - y0))
+    return float(rates[-1])
