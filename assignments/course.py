@@ -80,22 +80,76 @@ def build(root: Path = COURSE) -> list[Path]:
     return written
 
 
+@dataclass
+class TaskInfo:
+    """One graded task: its name (as its tests print it) and the points of its test cells."""
+
+    name: str
+    visible: float = 0.0
+    hidden: float = 0.0
+
+
+@dataclass
+class AssignmentInfo:
+    """What the teacher guide shows of one assignment (from its source's metadata and cells)."""
+
+    name: str
+    title: str
+    chapters: str
+    minutes: int
+    goals: list
+    tasks: list
+
+    @property
+    def points(self) -> float:
+        return sum(t.visible + t.hidden for t in self.tasks)
+
+
+def summary(root: Path = COURSE) -> list[AssignmentInfo]:
+    """Every assignment's title, chapters, expected minutes, learning goals and tasks with their
+    points, read from the sources (a task is the test cells that check the same ``Task`` name)."""
+    helpers = (COURSE / "helpers.py").read_text()
+    out = []
+    for name in assignment_names(root):
+        nb = build_notebook(root / "source" / name / f"{name}.md", helpers)
+        info, tasks = nb.metadata["assignment"], {}
+        for cell in nb.cells:
+            meta = cell.metadata.get("nbgrader", {})
+            found = re.search(r'Task\("([^"]+)"', cell.source)
+            if meta.get("grade") and found:
+                task = tasks.setdefault(found.group(1), TaskInfo(found.group(1)))
+                if "BEGIN HIDDEN TESTS" in cell.source:
+                    task.hidden += meta["points"]
+                else:
+                    task.visible += meta["points"]
+        out.append(AssignmentInfo(name, info["title"], str(info["chapters"]), int(info["minutes"]),
+                                  list(info["goals"]), list(tasks.values())))
+    return out
+
+
 # --------------------------------------------------------------------------------------------------
 # nbgrader
 # --------------------------------------------------------------------------------------------------
+def load_config(root: Path = COURSE):
+    """The course's nbgrader configuration (``root/nbgrader_config.py``), as nbgrader reads it."""
+    from traitlets.config.loader import PyFileConfigLoader
+
+    config = PyFileConfigLoader("nbgrader_config.py", path=str(root)).load_config()
+    config.CourseDirectory.root = str(root)
+    return config
+
+
 def nbgrader_api(root: Path = COURSE):
     """nbgrader's Python API on the course in ``root``, configured by ``root/nbgrader_config.py``."""
     from nbgrader.apps import NbGraderAPI
     from nbgrader.coursedir import CourseDirectory
-    from traitlets.config.loader import PyFileConfigLoader
 
     # nbgrader creates a gradebook by running the `alembic` script that sits beside this Python,
     # which is not on PATH when the venv's python is called directly (as make does).
     scripts = str(Path(sys.executable).parent)
     if scripts not in os.environ.get("PATH", "").split(os.pathsep):
         os.environ["PATH"] = scripts + os.pathsep + os.environ.get("PATH", "")
-    config = PyFileConfigLoader("nbgrader_config.py", path=str(root)).load_config()
-    config.CourseDirectory.root = str(root)
+    config = load_config(root)
     return NbGraderAPI(coursedir=CourseDirectory(config=config), config=config)
 
 

@@ -21,8 +21,9 @@ c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedb
 if shutil.which("nvidia-smi") is None:
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-# Seconds per cell.  nbgrader's default (30 s) is too short for Triton kernels in the
-# interpreter on a busy 2-core machine; the slowest test cell takes a few seconds there.
+# Seconds per cell.  nbgrader's default (30 s) leaves too little room: on a busy 2-core machine
+# the slowest cells took about 10 s (importing torch and triton) and 4 s (a kernel test cell in
+# the Triton interpreter), and a slower laptop or a loaded server can take several times that.
 c.Execute.timeout = 300
 
 # A submission whose test cells were deleted gets them back (from the gradebook) before grading.
