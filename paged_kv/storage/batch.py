@@ -97,12 +97,12 @@ def prepare_paged_batch(manager: BlockSpaceManager, seq_ids: Sequence[Hashable],
     (the queue is emptied) into :attr:`PagedBatch.copies`.
 
     Args:
-        phase: ``"prefill"``: the whole prompt of each sequence, starting at position 0 (it attends
-            to itself); ``"decode"``: exactly one new token per sequence (it attends to the cache).
+        phase: ``"prefill"``: a prompt, or a chunk of it, per sequence: its new tokens attend to
+            the tokens cached before them and causally to each other (chunked prefill starts a
+            chunk anywhere, even inside a block); ``"decode"``: exactly one new token per sequence.
 
     Raises:
-        ConfigError: an unknown phase; a prefill that does not start at position 0; a decode row
-            without exactly one token.
+        ConfigError: an unknown phase; a decode row without exactly one token.
         PromptError: an empty batch, or a row with no tokens or more tokens than its sequence holds.
         BlockError: (from the manager) an unknown sequence id.
     """
@@ -117,9 +117,6 @@ def prepare_paged_batch(manager: BlockSpaceManager, seq_ids: Sequence[Hashable],
     for s, n, k in zip(seq_ids, lens, counts):
         if not 1 <= k <= n:
             raise PromptError(f"sequence {s!r} holds {n} tokens; cannot run {k} new ones")
-        if phase == "prefill" and k != n:
-            raise ConfigError(f"a prefill runs a whole prompt from position 0; sequence {s!r} "
-                              f"holds {n} tokens and {k} are new")
         if phase == "decode" and k != 1:
             raise ConfigError(f"a decode step runs one token per sequence; sequence {s!r} has {k}")
     ids, num_new = right_pad(new_tokens)                                  # (B, T), (B,)
@@ -131,8 +128,10 @@ def prepare_paged_batch(manager: BlockSpaceManager, seq_ids: Sequence[Hashable],
         positions[b, k:] = n - 1               # padding: a valid position, never written or read
         slots[b, :k] = torch.tensor(manager.slot_mapping(s, n - k, n), dtype=torch.int64)
     seq_lens = num_new if phase == "prefill" else torch.tensor(lens, dtype=torch.int32)
+    context = torch.tensor([n - k for n, k in zip(lens, counts)], dtype=torch.int32) if phase == "prefill" else None
     meta = AttentionMetadata(phase, positions.to(device), seq_lens.to(device), slot_mapping=slots.to(device),
-                             block_tables=padded_block_tables(manager, seq_ids, device=device))
+                             block_tables=padded_block_tables(manager, seq_ids, device=device),
+                             context_lens=None if context is None else context.to(device))
     return PagedBatch(seq_ids, ids.to(device), meta, num_new.to(device), manager.take_copies())
 
 
