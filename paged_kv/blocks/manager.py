@@ -87,6 +87,17 @@ class BlockSpaceManager:
         """A copy of ``seq_id``'s block table (mutating it does not change the manager)."""
         return self._table(seq_id).copy()
 
+    def swapped_table(self, seq_id) -> BlockTable:
+        """A copy of a swapped-out sequence's block table: its ids are CPU block ids.
+
+        Raises:
+            BlockError: ``seq_id`` is not swapped out.
+        """
+        seq_id = check_seq_id(seq_id)
+        if seq_id not in self._swapped:
+            raise BlockError(f"sequence {seq_id!r} is not swapped out (swapped: {list(self._swapped)!r:.80})")
+        return self._swapped[seq_id].copy()
+
     def num_tokens(self, seq_id) -> int:
         return self._table(seq_id).num_tokens
 

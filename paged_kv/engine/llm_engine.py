@@ -21,8 +21,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Hashable, Sequence
 
+from ..blocks import Event, rename_sequences, snapshot
 from ..defaults import BLOCK_SIZE, MAX_NUM_SEQS, WATERMARK
-from ..errors import AdmissionError, ConfigError, PromptError
+from ..errors import AdmissionError, ConfigError, PagedKVError, PromptError
 from ..memory import kv_bytes_per_token
 from ..model.sampling import SamplingParams
 from ..scheduling import Scheduler, SchedulerConfig
@@ -32,7 +33,7 @@ from ..storage.paged_cache import KV_DTYPE_NAMES
 from ..validate import count
 from .runner import ModelRunner, TimingRunner
 
-__all__ = ["EngineConfig", "EngineStats", "LLMEngine", "RequestOutput"]
+__all__ = ["EngineConfig", "EngineStats", "LLMEngine", "RequestOutput", "StepRecord"]
 
 
 @dataclass(frozen=True)
@@ -98,26 +99,36 @@ class EngineConfig:
 
 @dataclass
 class RequestOutput:
-    """A request's state after a step (vLLM's ``RequestOutput``, trimmed).
+    """A request's state (vLLM's ``RequestOutput``, trimmed); it follows the request live.
 
     Attributes:
-        request_id: its id; ``prompt``: its prompt (text when the engine has a tokenizer, else ids).
-        token_ids: per sample, the tokens generated so far; ``text``: the same decoded (or ``None``).
+        request_id: its id; ``prompt``: its prompt as given (text or token ids).
         finished: whether every sample has its ``max_tokens``.
         arrival, first_token, finish: clock times (s) it arrived, produced its first token, finished
             (``nan`` until then).
         preemptions: times it was preempted.
+        token_ids: (property) per sample, the tokens generated so far; ``text``: the same decoded
+            (``None`` without a tokenizer).
     """
 
     request_id: Hashable
     prompt: object
-    token_ids: list[list[int]]
-    text: list[str] | None
-    finished: bool
-    arrival: float
+    request: Request = field(repr=False)
+    tokenizer: object = field(default=None, repr=False)
+    finished: bool = False
+    arrival: float = 0.0
     first_token: float = math.nan
     finish: float = math.nan
     preemptions: int = 0
+
+    @property
+    def token_ids(self) -> list[list[int]]:
+        outs = self.request.outputs
+        return outs + [[] for _ in range(self.request.n - len(outs))]   # samples not forked yet
+
+    @property
+    def text(self) -> list[str] | None:
+        return None if self.tokenizer is None else [self.tokenizer.decode(t) for t in self.token_ids]
 
     @property
     def ttft(self) -> float:
@@ -146,7 +157,9 @@ class EngineStats:
         prompt_tokens: prompt tokens prefilled (re-prefills included); preemptions, recomputes,
         swaps: events; swapped_blocks: blocks moved to the CPU pool (each shared block once);
         kv_usage: per step, the fraction of GPU blocks held after scheduling (vLLM's "GPU KV cache
-        usage"); running, waiting, swapped: per step, queue lengths (requests).
+        usage"); running, waiting, swapped: per step, queue lengths (requests) after scheduling;
+        admitted, finished, preempted_now: per step, requests admitted or resumed, finished,
+        preempted in it; step_s: per step, its duration (s).
     """
 
     steps: int = 0
@@ -161,6 +174,10 @@ class EngineStats:
     running: list[int] = field(default_factory=list)
     waiting: list[int] = field(default_factory=list)
     swapped: list[int] = field(default_factory=list)
+    admitted: list[int] = field(default_factory=list)
+    finished: list[int] = field(default_factory=list)
+    preempted_now: list[int] = field(default_factory=list)
+    step_s: list[float] = field(default_factory=list)
 
     @property
     def throughput(self) -> float:
@@ -172,6 +189,30 @@ class EngineStats:
         return max(self.kv_usage, default=0.0)
 
 
+@dataclass(frozen=True)
+class StepRecord:
+    """One step as plain data, for figures that replay a run (:mod:`paged_kv.viz.serving`).
+
+    Attributes:
+        step: its number (0 = before the first step); ``clock_s``: the clock after it (s).
+        pool: the GPU pool after it, a :class:`~paged_kv.blocks.Snapshot` whose sequences are
+            named ``"<request>"`` (the leader) and ``"<request>.<i>"`` (sample ``i``).
+        cpu: per CPU block, the sequence holding it (``None``: free).
+        waiting, running, swapped: per queue, ``(request, generated tokens, max_tokens, computed
+            prompt tokens, prompt tokens)`` in queue order.
+        text: what happened, in words.
+    """
+
+    step: int
+    clock_s: float
+    pool: object
+    cpu: tuple
+    waiting: tuple
+    running: tuple
+    swapped: tuple
+    text: str
+
+
 class LLMEngine:
     """Serves requests with continuous batching over a paged KV cache.
 
@@ -180,15 +221,18 @@ class LLMEngine:
             (a timing model of a large model: no tokens, only lengths and time).
         config: the :class:`EngineConfig` (default: 64 blocks of 16 tokens).
         tokenizer: encodes string prompts and decodes outputs (the tiny model's byte tokenizer).
+        record: keep a :class:`StepRecord` per step in :attr:`records` (for figures; small runs).
         iteration_time: with ``model=None``, seconds per step as
             ``iteration_time(kv_tokens, prefill_tokens)`` (:class:`paged_kv.sim.IterationTime`).
+        swap_time: with ``model=None``, seconds to swap ``num_blocks`` blocks one way as
+            ``swap_time(num_blocks, block_size)`` (:class:`paged_kv.engine.serving.SwapTime`).
 
     Raises:
         ConfigError: neither a model nor a timing model, or a bad config.
     """
 
     def __init__(self, model=None, config: EngineConfig | None = None, tokenizer=None,
-                 iteration_time=None) -> None:
+                 iteration_time=None, swap_time=None, record: bool = False) -> None:
         self.config = config or EngineConfig(num_gpu_blocks=64)
         if not isinstance(self.config, EngineConfig):
             raise ConfigError(f"config must be an EngineConfig, got {self.config!r}")
@@ -200,7 +244,7 @@ class LLMEngine:
                                       self.config.backend)
         elif iteration_time is not None:
             sc = self.config.scheduler_config()
-            self.runner = TimingRunner(iteration_time)
+            self.runner = TimingRunner(iteration_time, swap_time)
         else:
             raise ConfigError("LLMEngine needs a model, or model=None with an iteration_time (timing model)")
         self.scheduler = Scheduler(sc)
@@ -209,6 +253,10 @@ class LLMEngine:
         self._params: dict[Hashable, SamplingParams] = {}
         self._outputs: dict[Hashable, RequestOutput] = {}
         self._next_id = 0
+        self.record = bool(record)
+        self.records: list[StepRecord] = []
+        if self.record:
+            self.records.append(self._step_record("start: every block is free"))
 
     # --- requests -----------------------------------------------------------------------------
     def add_request(self, prompt, params: SamplingParams | None = None, request_id: Hashable | None = None,
@@ -235,10 +283,11 @@ class LLMEngine:
                 self._next_id += 1
             request_id = self._next_id
         arrival = self.clock if arrival is None else float(arrival)
-        self.scheduler.add(request_id, ids, params.n, params.max_tokens, arrival)
+        req = self.scheduler.add(request_id, ids, params.n, params.max_tokens, arrival)
         self._params[request_id] = params
-        self._outputs[request_id] = RequestOutput(request_id, prompt, [[] for _ in range(params.n)],
-                                                  None, False, arrival)
+        self._outputs[request_id] = RequestOutput(request_id, prompt, req,
+                                                  self.tokenizer if self.model is not None else None,
+                                                  arrival=arrival)
         return request_id
 
     def has_unfinished_requests(self) -> bool:
@@ -262,19 +311,21 @@ class LLMEngine:
         st.running.append(len(sch.running))
         st.waiting.append(len(sch.waiting))
         st.swapped.append(len(sch.swapped))
-        sch.update(out, sampled)
+        done = sch.update(out, sampled)
+        st.admitted.append(len(out.admitted))
+        st.finished.append(len(done))
+        st.preempted_now.append(len(out.preempted))
+        st.step_s.append(seconds)
+        if self.record:
+            self.records.append(self._step_record(_describe(out, done)))
         st.preemptions, st.recomputes, st.swaps = sch.num_preemptions, sch.num_recomputes, sch.num_swaps
         st.swapped_blocks = sch.num_swapped_blocks
+        st.generated += sum(len(t) for t in sampled.values())
         touched = {c.request_id for c in out.chunks if c.sample}
         result = []
         for rid in sorted(touched, key=lambda r: sch.requests[r].order):
             req, o = sch.requests[rid], self._outputs[rid]
-            new = sum(len(t) for t in req.outputs) - sum(len(t) for t in o.token_ids)
-            st.generated += new
-            o.token_ids = [list(t) for t in req.outputs] + [[] for _ in range(req.n - len(req.seqs))]
-            if self.tokenizer is not None and self.model is not None:
-                o.text = [self.tokenizer.decode(t) for t in o.token_ids]
-            if new and math.isnan(o.first_token):
+            if math.isnan(o.first_token):
                 o.first_token = self.clock
             o.preemptions = req.preemptions
             if req.finished:
@@ -323,10 +374,44 @@ class LLMEngine:
             raise AdmissionError(f"prompt of {len(self._encode(prompt))} tokens can never run: {verdict.reason}")
 
     def output(self, request_id) -> RequestOutput:
-        """The latest output of ``request_id``."""
+        """The output of ``request_id`` (live: it follows the request).
+
+        Raises:
+            PagedKVError: an unknown request id.
+        """
+        if request_id not in self._outputs:
+            raise PagedKVError(f"no request {request_id!r} (known: {list(self._outputs)!r:.80})")
         return self._outputs[request_id]
 
+    def outputs(self) -> list[RequestOutput]:
+        """Every request's output, in submission order."""
+        return list(self._outputs.values())
+
     # --- helpers ------------------------------------------------------------------------------
+    def seq_name(self, seq_id: int) -> str:
+        """A sequence's name in figures: ``"<request>"`` for a leader, ``"<request>.<i>"`` for sample i."""
+        for req in self.scheduler.requests.values():
+            for s in req.seqs:
+                if s.seq_id == seq_id:
+                    return str(req.request_id) if s.index == 0 else f"{req.request_id}.{s.index}"
+        return str(seq_id)
+
+    def _step_record(self, text: str) -> StepRecord:
+        sch = self.scheduler
+        names = {s.seq_id: (str(r.request_id) if s.index == 0 else f"{r.request_id}.{s.index}")
+                 for r in sch.requests.values() for s in r.seqs}
+        pool = rename_sequences(snapshot(sch.manager, self.stats.steps, Event("step", text=text)), names)
+        cpu = [None] * sch.config.num_cpu_blocks
+        for sid in sch.manager.swapped_ids:
+            for b in sch.manager.swapped_table(sid).block_ids:
+                cpu[b] = names.get(sid, str(sid))
+
+        def rows(queue):
+            return tuple((str(r.request_id), max(s.num_generated for s in r.seqs), r.max_tokens,
+                          min(r.seqs[0].num_computed, r.prompt_len), r.prompt_len) for r in queue)
+        return StepRecord(self.stats.steps, self.clock, pool, tuple(cpu), rows(sch.waiting), rows(sch.running),
+                          rows(sch.swapped), text)
+
     def _encode(self, prompt) -> list[int]:
         if isinstance(prompt, str):
             if self.tokenizer is None:
@@ -349,3 +434,26 @@ class LLMEngine:
                 f"{c.num_gpu_blocks} GPU blocks x {c.block_size} tokens, {c.num_cpu_blocks} CPU blocks, "
                 f"preemption={c.preemption_mode}, chunked prefill={'on' if c.enable_chunked_prefill else 'off'})")
 
+
+
+def _describe(out, done) -> str:
+    """One step in words: who was admitted, preempted (how), finished; prefill chunks and decodes."""
+    parts = []
+    if out.admitted:
+        parts.append("admitted " + ", ".join(map(str, out.admitted)))
+    if out.recomputed:
+        parts.append("preempted " + ", ".join(map(str, out.recomputed)) + " (recompute)")
+    if out.swapped:
+        parts.append("swapped out " + ", ".join(map(str, out.swapped)))
+    if out.swap_in:
+        parts.append(f"{len(out.swap_in)} blocks swapped in")
+    chunks = [f"{c.request_id}[{c.start}:{c.start + c.length}]" for c in out.chunks if c.length > 1 or not c.sample]
+    if chunks:
+        parts.append("prefill " + ", ".join(chunks))
+    if out.decode_tokens:
+        parts.append(f"{out.decode_tokens} decode token{'s' if out.decode_tokens > 1 else ''}")
+    if out.copies:
+        parts.append(f"{len(out.copies)} copy-on-write copies")
+    if done:
+        parts.append("finished " + ", ".join(str(r.request_id) for r in done))
+    return "; ".join(parts) or "nothing to do"

@@ -53,7 +53,8 @@ class ModelRunner:
         self.model, self.backend = model, backend
         self.cache = PagedKVCache(model.cfg, num_gpu_blocks, block_size, dtype=model.dtype,
                                   device=model.device, num_cpu_blocks=num_cpu_blocks)
-        self._gens: dict[int, torch.Generator] = {}
+        self._gens: dict[tuple, torch.Generator] = {}
+        self.last_logits: dict[int, torch.Tensor] = {}   # per sequence sampled in the last step: [V]
 
     def execute(self, scheduler: Scheduler, out: SchedulerOutput,
                 params: Callable[[object], SamplingParams]) -> tuple[float, dict[int, list[int]]]:
@@ -65,6 +66,7 @@ class ModelRunner:
         self.cache.swap_in(out.swap_in)
         self.cache.copy_blocks(out.copies, self.backend)
         sampled: dict[int, list[int]] = {}
+        self.last_logits = {}
         manager = scheduler.manager
         for phase in ("prefill", "decode"):
             chunks = [c for c in out.chunks if (c.length == 1 and c.start > 0 and c.sample) == (phase == "decode")]
@@ -78,6 +80,7 @@ class ModelRunner:
             logits = run_paged_batch(self.model, self.cache, batch, self.backend)      # (B, V)
             for b, (c, r, s) in enumerate(zip(chunks, reqs, seqs)):
                 if c.sample:
+                    self.last_logits[c.seq_id] = logits[b]
                     sampled[c.seq_id] = self._sample(logits[b:b + 1], params(r.request_id), r, s, c.fork)
         if self.model.device.type == "cuda":
             torch.cuda.synchronize()
@@ -113,17 +116,28 @@ class TimingRunner:
         iteration_time: seconds per step from the tokens it reads and prefills,
             :class:`paged_kv.sim.IterationTime` (e.g. ``ServingSetup.iteration_time()``: OPT-13B
             on an A100 by roofline, the paper's set-up), called as
-            ``iteration_time(kv_tokens, prefill_tokens)``.
+            ``iteration_time(kv_tokens, prefill_tokens)``.  A re-prefill after a recompute
+            preemption is charged here, as prefill tokens.
+        swap_time: seconds to swap blocks, called as ``swap_time(num_blocks, block_size)`` for the
+            blocks moved out and in during the step (:class:`paged_kv.engine.serving.SwapTime`);
+            ``None``: swaps are free.
     """
 
-    def __init__(self, iteration_time) -> None:
-        if not callable(iteration_time):
-            raise ConfigError(f"iteration_time must be callable (kv_tokens, prefill_tokens) -> s, got {iteration_time!r}")
-        self.iteration_time = iteration_time
+    def __init__(self, iteration_time, swap_time=None) -> None:
+        for label, f in (("iteration_time", iteration_time), ("swap_time", swap_time)):
+            if f is not None and not callable(f) or (label == "iteration_time" and f is None):
+                raise ConfigError(f"{label} must be callable, got {f!r}")
+        self.iteration_time, self.swap_time = iteration_time, swap_time
 
     def execute(self, scheduler: Scheduler, out: SchedulerOutput, params) -> tuple[float, dict[int, list[int]]]:
         sampled = {c.seq_id: [0] * c.fork for c in out.chunks if c.sample}
-        return float(self.iteration_time(out.kv_tokens, out.prefill_tokens)), sampled
+        seconds = float(self.iteration_time(out.kv_tokens, out.prefill_tokens))
+        if self.swap_time is not None:
+            bs = scheduler.config.block_size
+            for mapping in (out.swap_out, out.swap_in):
+                if mapping:
+                    seconds += float(self.swap_time(len(mapping), bs))
+        return seconds, sampled
 
     def forget(self, request_id) -> None:
         pass

@@ -49,6 +49,11 @@ class Sequence:
         return self.tokens[self.prompt_len:]
 
     @property
+    def num_generated(self) -> int:
+        """How many tokens it has generated (``len(output)`` without building the list)."""
+        return len(self.tokens) - self.prompt_len
+
+    @property
     def num_pending(self) -> int:
         """Tokens the next forward pass must run for this sequence (1 while decoding)."""
         return len(self.tokens) - self.num_computed
@@ -96,7 +101,7 @@ class Request:
     @property
     def finished(self) -> bool:
         """Whether all ``n`` sequences have their ``max_tokens`` tokens."""
-        return len(self.seqs) == self.n and all(len(s.output) >= self.max_tokens for s in self.seqs)
+        return len(self.seqs) == self.n and all(s.num_generated >= self.max_tokens for s in self.seqs)
 
     @property
     def outputs(self) -> list[list[int]]:

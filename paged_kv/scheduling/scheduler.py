@@ -394,37 +394,41 @@ class Scheduler:
             elif not req.forked and len(req.seqs) > 1 and seq is req.seqs[0] \
                     and seq.num_computed == req.prompt_len:
                 for child in req.seqs[1:]:        # resumed group: fork at the prompt's end
-                    if len(child.output) >= req.max_tokens:
+                    if child.num_generated >= req.max_tokens:
                         continue                  # a finished sample needs no blocks again
                     self.manager.fork(seq.seq_id, child.seq_id)
                     child.num_computed = req.prompt_len
                 req.forked = True
         done = []
         for req in touched.values():
-            for seq in req.seqs:
-                if len(seq.output) >= req.max_tokens and seq.seq_id in self.manager:
-                    self.manager.free(seq.seq_id)
-            if req.finished and req.status == RUNNING:
+            ended = [s for s in req.seqs if s.num_generated >= req.max_tokens and s.seq_id in self.manager]
+            for seq in ended:
+                self.manager.free(seq.seq_id)
+            if ended and req.finished and req.status == RUNNING:
                 req.status = FINISHED
                 self.running.remove(req)
                 self.finished.append(req)
                 done.append(req)
         return done
 
-    def preempt(self, request_id) -> str:
-        """Preempt a running request now, between steps (the live panel's button; tests), by the
-        configured mode; its swap-out, if any, is done at the start of the next step.  Returns
-        ``"recompute"`` or ``"swap"`` (the mode used: a full CPU pool falls back to recompute).
+    def preempt(self, request_id, mode: str | None = None) -> str:
+        """Preempt a running request now, between steps (the live panel's button; tests), by
+        ``mode`` (default: the configured one); its swap-out, if any, is done at the start of the
+        next step.  Returns ``"recompute"`` or ``"swap"``, the mode used (a swap without room in the
+        CPU pool falls back to recompute).
 
         Raises:
             PagedKVError: ``request_id`` is not running.
+            ConfigError: an unknown mode.
         """
+        if mode is not None and mode not in PREEMPTION_MODES:
+            raise ConfigError(f"mode must be one of {PREEMPTION_MODES}, got {mode!r}")
         req = self.requests.get(request_id)
         if req is None or req.status != RUNNING:
             state = "unknown" if req is None else req.status
             raise PagedKVError(f"request {request_id!r} is not running ({state}); only a running one is preempted")
         self.running.remove(req)
-        self._preempt(req, self._carry)
+        self._preempt(req, self._carry, mode)
         self._carry.preempted.clear()
         return "swap" if req.status == SWAPPED else "recompute"
 
@@ -441,7 +445,7 @@ class Scheduler:
         """
         self.manager.check()
         gpu, cpu = set(self.manager.seq_ids), set(self.manager.swapped_ids)
-        want_gpu = {s.seq_id for r in self.running for s in r.seqs if len(s.output) < r.max_tokens
+        want_gpu = {s.seq_id for r in self.running for s in r.seqs if s.num_generated < r.max_tokens
                     and (r.forked or s is r.seqs[0])}
         want_cpu = {s for r in self.swapped for s in self._block_holders(r)}
         if gpu != want_gpu or cpu != want_cpu:
@@ -488,12 +492,15 @@ class Scheduler:
     def _plan(self, req: Request, budget: int) -> list[tuple[Sequence, int]]:
         """``(sequence, tokens)`` to run for ``req`` within ``budget`` (nothing if none fit)."""
         chunked = self.config.enable_chunked_prefill
-        seqs = [s for s in req.seqs if s.seq_id in self.manager.seq_ids] if req.forked else req.seqs[:1]
+        if req.forked:                                   # every unfinished sample (finished ones are freed)
+            seqs = [s for s in req.seqs if s.num_generated < req.max_tokens]
+        else:
+            seqs = req.seqs[:1]
         plan = []
         for seq in seqs:
-            end = self._prefill_target(req) if not req.forked else len(seq.tokens)
+            end = len(seq.tokens) if req.forked else self._prefill_target(req)
             pending = end - seq.num_computed
-            if pending <= 0 or len(seq.output) >= req.max_tokens:
+            if pending <= 0 or seq.num_generated >= req.max_tokens:
                 continue
             take = min(pending, budget) if chunked else (pending if pending <= budget else 0)
             if take:
@@ -502,34 +509,41 @@ class Scheduler:
         return plan
 
     def _blocks_for(self, plan) -> int:
-        grow = [(s.seq_id, max(0, s.num_computed + k - self.manager.num_tokens(s.seq_id))) for s, k in plan]
-        return self.manager.blocks_to_append_all([g[0] for g in grow], [g[1] for g in grow])
+        """Free blocks the plan's new slots take (tokens past what each table holds)."""
+        m = self.manager
+        grow = [(s.seq_id, s.num_computed + k - m.num_tokens(s.seq_id)) for s, k in plan]
+        if len(grow) == 1 and grow[0][1] <= 1:           # the common case: one decode token
+            return m.blocks_to_append(grow[0][0]) if grow[0][1] == 1 else 0
+        return m.blocks_to_append_all([g[0] for g in grow], [max(0, g[1]) for g in grow])
 
     def _commit(self, req: Request, plan, out: SchedulerOutput) -> int:
-        used = 0
+        """Take the plan's slots and record its chunks; returns the tokens used."""
+        m, used = self.manager, 0
         for seq, k in plan:
-            have = self.manager.num_tokens(seq.seq_id)
-            grow = max(0, seq.num_computed + k - have)
-            if grow:
-                self.manager.append_slots(seq.seq_id, grow)
-            slots = tuple(self.manager.slot_mapping(seq.seq_id, seq.num_computed, seq.num_computed + k))
-            end = seq.num_computed + k
+            start, end = seq.num_computed, seq.num_computed + k
+            grow = end - m.num_tokens(seq.seq_id)
+            if grow == 1 and k == 1:                       # a decode token: one slot
+                slots = (m.append_slot(seq.seq_id),)
+            else:
+                if grow > 0:
+                    m.append_slots(seq.seq_id, grow)
+                slots = tuple(m.slot_mapping(seq.seq_id, start, end))
             sample = end == len(seq.tokens) and (req.forked or len(req.seqs) == 1)
             fork = req.n if sample and not req.forked and req.n > 1 else 1
-            out.chunks.append(Chunk(req.request_id, seq.seq_id, seq.index, seq.num_computed, k, slots, sample, fork))
-            if seq.num_computed < seq.prompt_len or k > 1 or not sample:
-                out.prefill_tokens += k
+            out.chunks.append(Chunk(req.request_id, seq.seq_id, seq.index, start, k, slots, sample, fork))
+            if k == 1 and sample and start >= seq.prompt_len:
+                out.decode_tokens += 1
             else:
-                out.decode_tokens += k
+                out.prefill_tokens += k
             used += k
         return used
 
-    def _preempt(self, req: Request, out: SchedulerOutput) -> None:
+    def _preempt(self, req: Request, out: SchedulerOutput, mode: str | None = None) -> None:
         self.num_preemptions += 1
         req.preemptions += 1
         out.preempted.append(req.request_id)
         ids = self._block_holders(req)
-        if self.config.preemption_mode == "swap":
+        if (mode or self.config.preemption_mode) == "swap" and self.manager.cpu_allocator is not None:
             out.copies.extend(self.manager.take_copies())
             if self.manager.can_swap_out(ids):
                 mapping = self.manager.swap_out(ids)
