@@ -21,7 +21,7 @@ import torch
 from kernels import cache_ops, copy_blocks, paged_attention, paged_prefill
 
 from ..defaults import BLOCK_SIZE
-from ..errors import CacheError, ConfigError, TensorError
+from ..errors import ConfigError, TensorError
 from ..memory import kv_bytes_per_token
 from ..model.attention import AttentionMetadata, check_backend
 from ..model.config import ModelConfig
