@@ -26,7 +26,7 @@ from ..sim import ServingSetup, Trace
 from ..validate import count, real
 from .llm_engine import EngineConfig, EngineStats, LLMEngine
 
-__all__ = ["ServeResult", "SwapTime", "engine_config_for", "rate_sweep", "serve_trace"]
+__all__ = ["ServeResult", "SwapTime", "engine_config_for", "rate_sweep", "serve_static", "serve_trace"]
 
 PCIE4_X16_BYTES_PER_S = 25e9     # an assumption: PCIe 4.0 x16 is 32 GB/s per direction, ~25 GB/s achieved
 COPY_CALL_S = 10e-6              # an assumption: fixed cost of one small cudaMemcpyAsync (launch + DMA set-up)
@@ -167,18 +167,67 @@ def serve_trace(trace: Trace, config: EngineConfig, iteration_time, n: int = 1,
 
 
 def rate_sweep(setup: ServingSetup, rates, configs: dict[str, EngineConfig], n: int = 1,
-               num_requests: int = 300, seed: int = 0) -> dict[str, tuple[list[float], list[float]]]:
+               num_requests: int = 300, seed: int = 0,
+               stop_above: float | None = None) -> dict[str, tuple[list[float], list[float]]]:
     """Normalized latency (s/token) against request rate (req/s) for each named engine config,
     every config serving the same trace at each rate (``setup``'s lengths and step time):
-    ``{name: (rates, latencies)}``.  A config that cannot hold a request of a trace (e.g. a
-    reservation of ``max_model_len`` per request) stops at the rate before."""
+    ``{name: (rates, latencies)}``.  ``stop_above``: once a config's latency exceeds it (s/token),
+    its higher rates are skipped (past saturation latency only grows; this saves time).
+
+    Raises:
+        ConfigError: rates that are not increasing numbers > 0.
+    """
+    rates = [real("rate (req/s)", r, 0.0, low_open=True) for r in rates]
+    if any(b <= a for a, b in zip(rates, rates[1:])):
+        raise ConfigError(f"rates must increase, got {rates}")
     step_time = setup.iteration_time()
     out = {}
     for name, config in configs.items():
         xs, ys = [], []
         for rate in rates:
             trace = setup.trace(seed=seed, num_requests=num_requests, rate_per_s=rate)
-            xs.append(float(rate))
+            xs.append(rate)
             ys.append(serve_trace(trace, config, step_time, n).normalized_latency)
+            if stop_above is not None and ys[-1] > stop_above:
+                break
         out[name] = (xs, ys)
     return out
+
+
+def serve_static(trace: Trace, batch_size: int, iteration_time) -> ServeResult:
+    """The same trace with **static batching**, the way serving worked before iteration-level
+    scheduling (Orca, OSDI 2022): when no batch runs, up to ``batch_size`` waiting requests start
+    together (one prefill step for all of them), then decode in lockstep until the *longest* is
+    done; a request's answer is complete when its own last token is out, but nobody joins the batch
+    until every member has finished.  Memory is not modelled (an upper bound for static batching).
+
+    Raises:
+        ConfigError: a bad trace or batch size.
+    """
+    if not isinstance(trace, Trace):
+        raise ConfigError(f"trace must be a paged_kv.sim.Trace, got {type(trace).__name__}")
+    batch_size = count("batch_size", batch_size)
+    arr, P, O = trace.arrival_s.tolist(), trace.prompt_len.tolist(), trace.output_len.tolist()
+    first, finish = [math.nan] * len(arr), [math.nan] * len(arr)
+    stats, clock, nxt = EngineStats(), 0.0, 0
+    while nxt < len(arr):
+        clock = max(clock, arr[nxt])
+        batch = [i for i in range(nxt, len(arr)) if arr[i] <= clock][:batch_size]
+        nxt = batch[-1] + 1
+        clock += iteration_time(sum(P[i] for i in batch), sum(P[i] for i in batch))  # prefill + first token
+        stats.steps += 1
+        for i in batch:
+            first[i] = clock
+            if O[i] == 1:
+                finish[i] = clock
+        held = sum(P[i] + 1 for i in batch)
+        for k in range(2, max(O[i] for i in batch) + 1):
+            clock += iteration_time(held, 0)
+            held += len(batch)
+            stats.steps += 1
+            for i in batch:
+                if O[i] == k:
+                    finish[i] = clock
+    stats.clock_s = clock
+    stats.generated = int(sum(O))
+    return ServeResult(trace, 1, np.array(first), np.array(finish), stats)
