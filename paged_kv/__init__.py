@@ -27,4 +27,5 @@ __getattr__, __dir__, __all__ = _lazy.attach(__name__, submod_attrs={
     "storage": ["ContiguousKVCache", "PagedKVCache"],
     "decoding": ["decode_step_bytes", "forward_flops", "generate", "profile_decoding"],
     "sim": ["simulate", "synthetic_trace"],
+    "engine": ["EngineConfig", "LLMEngine"],
 })

@@ -56,7 +56,10 @@ def serving_panel(model=None, tokenizer=None, config: EngineConfig | None = None
             out.clear_output(wait=True)
             with out:
                 display(serving_figure(engine.records, title, replay=False))
+        keep = which.value
         which.options = [str(r.request_id) for r in engine.scheduler.running]
+        if which.options:                        # keep the selection, or pick the first running request
+            which.value = keep if keep in which.options else which.options[0]
         texts = "<br>".join(f"<b>{o.request_id}</b>: {t!r}" for o in engine.outputs() for t in (o.text or []))
         status.value = (f"<span style='color:#c00'>{note}</span><br>" if note else "") + texts
 
