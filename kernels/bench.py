@@ -18,7 +18,7 @@ import torch
 
 from paged_kv.errors import ConfigError
 
-from . import cache_ops, copy_blocks, decode_attention, paged_attention, prefill_attention
+from . import cache_ops, copy_blocks, decode_attention, paged_attention, paged_prefill, prefill_attention
 from .runtime import default_device, interpreter_active, triton_available, triton_status
 from .timing import make_timer, row
 
@@ -26,7 +26,8 @@ __all__ = ["KERNEL_MODULES", "format_rows", "main", "make_timer", "row", "run"]
 
 # Each kernel module has ``benchmark(device, dtype, timer) -> list[dict]``.
 KERNEL_MODULES = {"prefill_attention": prefill_attention, "decode_attention": decode_attention,
-                  "paged_attention": paged_attention, "cache_ops": cache_ops, "copy_blocks": copy_blocks}
+                  "paged_attention": paged_attention, "paged_prefill": paged_prefill, "cache_ops": cache_ops,
+                  "copy_blocks": copy_blocks}
 
 
 def run(device: torch.device | None = None, dtypes=None, modules=KERNEL_MODULES) -> list[dict]:

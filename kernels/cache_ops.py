@@ -181,3 +181,51 @@ def benchmark(device, dtype, timer):
         rows.append(timing.row("store_kv", f"T={T} Hkv={Hkv} D={D} BS={BS} NB={NB}", dtype, ours,
                         "GB/s", moved, vs_torch=ref / ours))
     return rows
+
+
+# ---------------------------------------------------------------------------------------------
+# Swapping: whole blocks between two pools (the GPU's and a pinned CPU one), every layer.
+# ---------------------------------------------------------------------------------------------
+def swap_blocks(src_cache, dst_cache, block_mapping):
+    """Copy blocks ``src -> dst`` between two pools of ``[L, NB, BS, Hkv, D]`` (the pools may differ
+    in NB and live on different devices), for every layer at once, in place in ``dst_cache``.
+
+    What you will learn: preemption by swapping (vLLM paper §4.5) moves a preempted sequence's
+    blocks to CPU memory and back.  That is not a kernel's job: the bytes cross PCIe as a DMA
+    transfer (vLLM's ``swap_blocks`` issues ``cudaMemcpyAsync`` per block).  Here the blocks are
+    gathered into one contiguous buffer and copied in one transfer, ``non_blocking`` from pinned
+    memory, and the call **waits for it**: the caller may reuse the source blocks (swap out) or
+    overwrite the CPU buffer (swap in) as soon as this returns.  On a machine without a GPU both
+    pools are CPU tensors and the same code runs.
+
+    Bytes: reads and writes ``L * N * BS * Hkv * D`` elements of the cache (call it for K and for V).
+
+    Args:
+        src_cache, dst_cache: ``[L, NB_src, BS, Hkv, D]`` and ``[L, NB_dst, BS, Hkv, D]``, same dtype.
+        block_mapping: ``[N, 2]`` int64 ``(src block, dst block)`` rows, destinations distinct.
+
+    Raises:
+        TensorError: ranks, shapes or dtypes that do not fit, a mapping that is not int64 ``[N, 2]``.
+        CacheError: a block id outside its pool, or a destination named twice.
+    """
+    check_tensor("src_cache", src_cache, 5)
+    check_tensor("dst_cache", dst_cache, 5, dtype=src_cache.dtype)
+    if src_cache.shape[0] != dst_cache.shape[0] or src_cache.shape[2:] != dst_cache.shape[2:]:
+        raise TensorError(f"pools differ beyond their block counts: {tuple(src_cache.shape)} and "
+                          f"{tuple(dst_cache.shape)}")
+    check_tensor("block_mapping", block_mapping, 2, dtype=torch.int64)
+    if block_mapping.shape[1] != 2:
+        raise TensorError(f"block_mapping must be [N, 2] (src, dst), got {tuple(block_mapping.shape)}")
+    if block_mapping.shape[0] == 0:
+        return
+    src_ids, dst_ids = block_mapping[:, 0].cpu(), block_mapping[:, 1].cpu()
+    for name, ids, nb in (("source", src_ids, src_cache.shape[1]), ("destination", dst_ids, dst_cache.shape[1])):
+        if int(ids.min()) < 0 or int(ids.max()) >= nb:
+            raise CacheError(f"{name} block ids must be in 0..{nb - 1}, got {ids.tolist()}")
+    if len(set(dst_ids.tolist())) != len(dst_ids):
+        raise CacheError(f"a destination block is named twice: {block_mapping.tolist()}")
+    gathered = src_cache.index_select(1, src_ids.to(src_cache.device))       # (L, N, BS, Hkv, D)
+    dst_cache.index_copy_(1, dst_ids.to(dst_cache.device), gathered.to(dst_cache.device, non_blocking=True))
+    for t in (src_cache, dst_cache):
+        if t.device.type == "cuda":                     # wait: the caller may overwrite the source
+            torch.cuda.synchronize(t.device)

@@ -17,7 +17,7 @@ import lazy_loader as _lazy
 __version__ = "0.1.0"
 
 __getattr__, __dir__, __all__ = _lazy.attach(__name__, submod_attrs={
-    "errors": ["BlockError", "CacheError", "ConfigError", "DTypeNotSupportedError", "KernelUnavailableError",
+    "errors": ["AdmissionError", "BlockError", "CacheError", "ConfigError", "DTypeNotSupportedError", "KernelUnavailableError",
                "OutOfBlocksError", "PagedKVError", "PromptError", "TensorError", "UnknownPresetError"],
     "units": ["GB", "GiB", "format_bytes"],
     "defaults": ["BLOCK_SIZE"],
@@ -27,4 +27,5 @@ __getattr__, __dir__, __all__ = _lazy.attach(__name__, submod_attrs={
     "storage": ["ContiguousKVCache", "PagedKVCache"],
     "decoding": ["decode_step_bytes", "forward_flops", "generate", "profile_decoding"],
     "sim": ["simulate", "synthetic_trace"],
+    "engine": ["EngineConfig", "LLMEngine"],
 })

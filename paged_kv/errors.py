@@ -48,6 +48,11 @@ class OutOfBlocksError(PagedKVError, MemoryError):
         super().__init__(f"out of KV blocks{detail}: needed {needed}, free {free}")
 
 
+class AdmissionError(PagedKVError, ValueError):
+    """A request can never be served: even an empty pool could not hold it (or it is longer than
+    the model's context).  Raised at submission, with the reason; nothing was queued."""
+
+
 class BlockError(PagedKVError, ValueError):
     """Block bookkeeping was misused: freeing a free block, an unknown block id or sequence id."""
 

@@ -27,6 +27,8 @@ def count(name: str, value, minimum: int = 1, error: type = ConfigError) -> int:
     Raises:
         ``error`` (default ConfigError): a bool, a float, a non-number, or an int below ``minimum``.
     """
+    if type(value) is int and value >= minimum:    # the common case, checked in hot loops
+        return value
     if isinstance(value, (bool, np.bool_)):
         raise error(f"{name} must be an int >= {minimum}, got {value!r} (a bool)")
     try:

@@ -30,12 +30,12 @@ PURE = {"memory", "blocks", "scheduling", "sim"}             # pure Python: no t
 ALLOWED = {
     "memory": LEAVES,
     "blocks": LEAVES,
-    "scheduling": LEAVES,
+    "scheduling": LEAVES | {"blocks"},
     "sim": LEAVES | {"memory", "scheduling"},
     "model": LEAVES | {"kernels"},
     "storage": LEAVES | {"kernels", "model", "blocks", "memory"},
     "decoding": LEAVES | {"model", "storage", "blocks"},
-    "engine": LEAVES | {"model", "storage", "blocks", "scheduling", "decoding"},
+    "engine": LEAVES | {"memory", "model", "storage", "blocks", "scheduling", "sim", "decoding"},
     "viz": LEAVES | {"memory", "blocks", "sim"},
     "widgets": LEAVES | {"memory", "blocks", "sim", "model", "storage", "decoding", "engine", "viz"},
 }

@@ -16,9 +16,9 @@ exercises and later the scheduler can drive the bookkeeping alone, fast.
 from .allocator import BlockAllocator
 from .block_table import BlockTable, blocks_needed, check_seq_id
 from .history import (PAPER_FREE_ORDER, BlockHistory, BlockState, Event, Snapshot, paper_beam_trace,
-                      paper_sampling_trace, paper_trace, snapshot)
+                      paper_sampling_trace, paper_trace, rename_sequences, snapshot)
 from .manager import BlockSpaceManager
 
 __all__ = ["BlockAllocator", "BlockHistory", "BlockSpaceManager", "BlockState", "BlockTable", "Event",
            "PAPER_FREE_ORDER", "Snapshot", "blocks_needed", "check_seq_id", "paper_beam_trace",
-           "paper_sampling_trace", "paper_trace", "snapshot"]
+           "paper_sampling_trace", "paper_trace", "rename_sequences", "snapshot"]

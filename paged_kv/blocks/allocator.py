@@ -155,6 +155,8 @@ class BlockAllocator:
             raise BlockError(f"free list {sorted(self._free)} differs from the blocks with ref count 0 {sorted(zero)}")
 
     def _check_id(self, block_id: int) -> int:
+        if type(block_id) is int and 0 <= block_id < self.num_blocks:   # the common case
+            return block_id
         try:
             ok = not isinstance(block_id, bool) and 0 <= operator.index(block_id) < self.num_blocks
         except TypeError:

@@ -35,7 +35,7 @@ def blocks_needed(num_tokens: int, block_size: int) -> int:
 def check_seq_id(seq_id) -> Hashable:
     """A sequence id is a ``str`` or an int (numpy ints become ``int``; bools are refused, since
     ``True == 1`` would name sequence 1).  Raises ``BlockError`` naming anything else."""
-    if isinstance(seq_id, str):
+    if type(seq_id) is int or isinstance(seq_id, str):
         return seq_id
     if not isinstance(seq_id, bool):
         try:

@@ -11,7 +11,7 @@ rebuilds its figures from them with no live objects (``paged_kv.viz.blocks``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Hashable, Sequence
 
 from ..errors import BlockError
@@ -120,6 +120,15 @@ def snapshot(manager: BlockSpaceManager, step: int = 0, event: Event | None = No
                               filled.get(b, 0), texts.get(b, ())) for b in range(manager.num_blocks))
     return Snapshot(step, event or Event("start"), bs, blocks, tables, lengths,
                     tuple(manager.allocator.free_list()))
+
+
+def rename_sequences(snap: Snapshot, names: dict) -> Snapshot:
+    """``snap`` with sequence ids replaced by ``names[seq_id]`` (ids without a name keep theirs):
+    figures show a serving engine's sequences by request name, its manager keys them by int."""
+    rn = lambda s: names.get(s, s)
+    blocks = tuple(replace(b, holders=tuple((rn(s), lg) for s, lg in b.holders)) for b in snap.blocks)
+    return replace(snap, blocks=blocks, tables={rn(s): t for s, t in snap.tables.items()},
+                   num_tokens={rn(s): n for s, n in snap.num_tokens.items()})
 
 
 class BlockHistory:

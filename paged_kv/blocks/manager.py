@@ -5,6 +5,11 @@ block is taken only when a sequence's last one is full (on-demand allocation), s
 wastes at most ``block_size - 1`` slots.  The paged cache and kernels read the tables and slot
 mappings made here (``slot = physical_id * block_size + offset``, vLLM's ``slot_mapping``).
 
+Swapping (§4.5): with a CPU pool (``num_cpu_blocks``), :meth:`BlockSpaceManager.swap_out` moves a
+preempted group's blocks to CPU blocks and :meth:`BlockSpaceManager.swap_in` brings them back,
+each shared block moved once; the manager hands over the ``(src, dst)`` block mapping and the
+cache copies the bytes.
+
 Fork and copy-on-write (§4.4, used for parallel sampling and beam search):
 :meth:`BlockSpaceManager.fork` lets a child share all its parent's blocks (ref counts go up, no
 copy); the first append into a *shared, partly filled* last block copies that block to a fresh
@@ -37,6 +42,7 @@ class BlockSpaceManager:
         num_blocks: physical blocks in the pool (NB).
         block_size: token slots per block (BS).
         free_order: initial free-list order (see :class:`BlockAllocator`); replays a trace.
+        num_cpu_blocks: blocks of the CPU swap pool (0: no swapping).
 
     Raises:
         ConfigError: bad ``num_blocks``/``block_size``/``free_order``.
@@ -44,11 +50,15 @@ class BlockSpaceManager:
         BlockError: unknown or duplicate sequence id, a prompt of < 1 token, a double free.
     """
 
-    def __init__(self, num_blocks: int, block_size: int, free_order: Iterable[int] | None = None) -> None:
+    def __init__(self, num_blocks: int, block_size: int, free_order: Iterable[int] | None = None,
+                 num_cpu_blocks: int = 0) -> None:
         block_size = count("block_size (tokens per block)", block_size, minimum=1)
         self.allocator = BlockAllocator(num_blocks, free_order)
         self.num_blocks, self.block_size = self.allocator.num_blocks, block_size
+        num_cpu_blocks = count("num_cpu_blocks", num_cpu_blocks, 0)
+        self.cpu_allocator = BlockAllocator(num_cpu_blocks) if num_cpu_blocks else None
         self._tables: dict[Hashable, BlockTable] = {}
+        self._swapped: dict[Hashable, BlockTable] = {}   # tables of swapped sequences: CPU block ids
         self._copies: list[tuple[int, int]] = []   # copy-on-write (src, dst) not yet applied
 
     # --- queries ------------------------------------------------------------------------------
@@ -61,15 +71,32 @@ class BlockSpaceManager:
         """Sequences holding blocks, in the order they were allocated (or forked)."""
         return list(self._tables)
 
+    @property
+    def swapped_ids(self) -> list:
+        """Sequences whose blocks are in the CPU pool (swapped out)."""
+        return list(self._swapped)
+
     def __contains__(self, seq_id) -> bool:
         try:
-            return check_seq_id(seq_id) in self._tables
+            seq_id = check_seq_id(seq_id)
         except BlockError:          # not a valid id (e.g. a list): certainly not held
             return False
+        return seq_id in self._tables or seq_id in self._swapped
 
     def block_table(self, seq_id) -> BlockTable:
         """A copy of ``seq_id``'s block table (mutating it does not change the manager)."""
         return self._table(seq_id).copy()
+
+    def swapped_table(self, seq_id) -> BlockTable:
+        """A copy of a swapped-out sequence's block table: its ids are CPU block ids.
+
+        Raises:
+            BlockError: ``seq_id`` is not swapped out.
+        """
+        seq_id = check_seq_id(seq_id)
+        if seq_id not in self._swapped:
+            raise BlockError(f"sequence {seq_id!r} is not swapped out (swapped: {list(self._swapped)!r:.80})")
+        return self._swapped[seq_id].copy()
 
     def num_tokens(self, seq_id) -> int:
         return self._table(seq_id).num_tokens
@@ -123,28 +150,44 @@ class BlockSpaceManager:
             return 1
         return 1 if self.allocator.ref_count(table.block_ids[-1]) > 1 else 0
 
-    def blocks_to_append_all(self, seq_ids) -> int:
-        """Free blocks that one more token for *each* of ``seq_ids`` takes (appended one after the
-        other, as a decode step does): a new block for every full last block; and for a shared,
-        partly filled last block held by ``rc`` tables, ``h`` of them appending, ``min(h, rc - 1)``
-        copies: every appender copies while the block is still shared, and the last holder then
-        writes in place (vLLM paper §4.4).  Summing :meth:`blocks_to_append` instead would count a
-        copy for every holder and refuse steps that fit.
+    def blocks_to_append_all(self, seq_ids, num_tokens=1) -> int:
+        """Free blocks that ``num_tokens`` more tokens for *each* of ``seq_ids`` take (appended one
+        sequence after the other, as a step does): the new blocks each table grows by; and for a
+        shared, partly filled last block held by ``rc`` tables, ``h`` of them appending,
+        ``min(h, rc - 1)`` copies: every appender copies while the block is still shared, and the
+        last holder then writes in place (vLLM paper §4.4).  Summing :meth:`blocks_to_append`
+        instead would count a copy for every holder and refuse steps that fit.
+
+        Args:
+            seq_ids: the appending sequences.
+            num_tokens: tokens per sequence: one int for all (default 1, a decode step) or one
+                per sequence (a chunk of a prefill that grows the table).
 
         Raises:
-            BlockError: an unknown sequence, or one named twice.
+            BlockError: an unknown sequence, one named twice, or a token count that is not an
+                int >= 0 (or not one per sequence).
         """
         seq_ids = [check_seq_id(s) for s in seq_ids]
         if len(set(seq_ids)) != len(seq_ids):
             raise BlockError(f"a sequence is named twice: {seq_ids}")
+        counts = self._token_counts(seq_ids, num_tokens)
         needed, sharers = 0, Counter()
-        for s in seq_ids:
+        for s, k in zip(seq_ids, counts):
             table = self._table(s)
-            if table.num_tokens == len(table) * self.block_size:
-                needed += 1
-            elif self.allocator.ref_count(table.block_ids[-1]) > 1:
+            if k == 0:
+                continue
+            needed += blocks_needed(table.num_tokens + k, self.block_size) - len(table)
+            if table.num_tokens < len(table) * self.block_size and self.allocator.ref_count(table.block_ids[-1]) > 1:
                 sharers[table.block_ids[-1]] += 1
         return needed + sum(min(h, self.allocator.ref_count(b) - 1) for b, h in sharers.items())
+
+    @staticmethod
+    def _token_counts(seq_ids: list, num_tokens) -> list[int]:
+        if isinstance(num_tokens, (list, tuple)):
+            if len(num_tokens) != len(seq_ids):
+                raise BlockError(f"{len(num_tokens)} token counts for {len(seq_ids)} sequences")
+            return [count("num_tokens", k, 0, error=BlockError) for k in num_tokens]
+        return [count("num_tokens", num_tokens, 0, error=BlockError)] * len(seq_ids)
 
     def can_append(self, seq_id) -> bool:
         """Whether one more token of ``seq_id`` fits now."""
@@ -176,6 +219,23 @@ class BlockSpaceManager:
             self._copies.append((src, dst))
         table.num_tokens += 1
         return table.slot(table.num_tokens - 1)
+
+    def append_slots(self, seq_id, num_tokens: int) -> list[int]:
+        """Make room for ``num_tokens`` more tokens of ``seq_id`` (a decode token, or a chunk that
+        re-prefills a sequence's own tokens after a fork); returns their slots.  All or nothing:
+        the blocks are counted first (:meth:`blocks_to_append_all`), so a shortfall raises before
+        any state changes.
+
+        Raises:
+            BlockError: unknown sequence, ``num_tokens`` not an int >= 0.
+            OutOfBlocksError: the free blocks cannot hold them (nothing changes).
+        """
+        num_tokens = count("num_tokens", num_tokens, 0, error=BlockError)
+        needed = self.blocks_to_append_all([seq_id], num_tokens)
+        if needed > self.num_free_blocks:
+            raise OutOfBlocksError(needed, self.num_free_blocks,
+                                   f"{num_tokens} tokens of sequence {seq_id!r}")
+        return [self.append_slot(seq_id) for _ in range(num_tokens)]
 
     @property
     def pending_copies(self) -> tuple[tuple[int, int], ...]:
@@ -216,6 +276,11 @@ class BlockSpaceManager:
         may be handed to another sequence before the cache applies the queue, and a stale copy
         must never land in it.  Raises ``BlockError`` for an unknown (e.g. already freed) sequence.
         """
+        if check_seq_id(seq_id) in self._swapped:               # its blocks are in the CPU pool
+            table = self._swapped.pop(check_seq_id(seq_id))
+            for b in table.block_ids:
+                self.cpu_allocator.free(b)
+            return []
         table = self._table(seq_id)
         del self._tables[check_seq_id(seq_id)]
         freed = [b for b in reversed(table.block_ids) if self.allocator.free(b) == 0]
@@ -223,6 +288,77 @@ class BlockSpaceManager:
             gone = set(freed)
             self._copies = [(src, dst) for src, dst in self._copies if dst not in gone]
         return freed
+
+    # --- swapping (preemption by swap, vLLM paper §4.5) ---------------------------------------
+    def _group_blocks(self, seq_ids, tables: dict, where: str) -> list[int]:
+        """Distinct blocks of ``seq_ids`` (all in ``tables``), first-seen order; none may be held
+        by a sequence outside the group (it would lose its K/V)."""
+        ids = [check_seq_id(s) for s in seq_ids]
+        missing = [s for s in ids if s not in tables]
+        if missing:
+            raise BlockError(f"sequences {missing!r} are not {where}")
+        blocks = list(dict.fromkeys(b for s in ids for b in tables[s].block_ids))
+        inside = Counter(b for s in ids for b in tables[s].block_ids)
+        alloc = self.allocator if tables is self._tables else self.cpu_allocator
+        shared_out = [b for b in blocks if alloc.ref_count(b) != inside[b]]
+        if shared_out:
+            raise BlockError(f"blocks {shared_out} are also held outside {ids!r}: swap the whole group")
+        return blocks
+
+    def can_swap_out(self, seq_ids) -> bool:
+        """Whether the CPU pool has a block for every distinct block of the group ``seq_ids``."""
+        blocks = self._group_blocks(seq_ids, self._tables, "on the GPU")
+        return self.cpu_allocator is not None and len(blocks) <= self.cpu_allocator.num_free_blocks
+
+    def can_swap_in(self, seq_ids, watermark_blocks: int = 0) -> bool:
+        """Whether the GPU pool can take the group back, keeping ``watermark_blocks`` free."""
+        blocks = self._group_blocks(seq_ids, self._swapped, "swapped out")
+        return len(blocks) + watermark_blocks <= self.num_free_blocks
+
+    def swap_out(self, seq_ids) -> list[tuple[int, int]]:
+        """Move every block of the group ``seq_ids`` to the CPU pool, each shared block once (its ref
+        count travels with it); returns the ``(gpu, cpu)`` block mapping the cache must copy before
+        the GPU blocks are reused.
+
+        Raises:
+            BlockError: no CPU pool, a sequence not on the GPU, a block also held outside the group,
+                or copy-on-write copies still queued (apply them first).
+            OutOfBlocksError: the CPU pool is too small (nothing changes).
+        """
+        return self._move(seq_ids, self._tables, self._swapped, self.allocator, self.cpu_allocator, "on the GPU")
+
+    def swap_in(self, seq_ids) -> list[tuple[int, int]]:
+        """Bring the group ``seq_ids`` back from the CPU pool; returns the ``(cpu, gpu)`` mapping.
+
+        Raises:
+            BlockError: a sequence not swapped out, a block also held outside the group.
+            OutOfBlocksError: too few free GPU blocks (nothing changes).
+        """
+        return self._move(seq_ids, self._swapped, self._tables, self.cpu_allocator, self.allocator, "swapped out")
+
+    def _move(self, seq_ids, src_tables, dst_tables, src_alloc, dst_alloc, where) -> list[tuple[int, int]]:
+        if self.cpu_allocator is None:
+            raise BlockError("this manager has no CPU pool (num_cpu_blocks=0): it cannot swap")
+        if self._copies:
+            raise BlockError(f"copy-on-write copies {self._copies} are queued: the cache must apply them first")
+        ids = [check_seq_id(s) for s in seq_ids]
+        blocks = self._group_blocks(ids, src_tables, where)
+        if len(blocks) > dst_alloc.num_free_blocks:
+            raise OutOfBlocksError(len(blocks), dst_alloc.num_free_blocks, f"swapping {ids!r}")
+        mapping = {}
+        for b in blocks:
+            new = dst_alloc.allocate()
+            for _ in range(src_alloc.ref_count(b) - 1):
+                dst_alloc.share(new)                   # the ref count travels with the block
+            mapping[b] = new
+        for b in blocks:
+            while src_alloc.free(b):
+                pass
+        for s in ids:
+            table = src_tables.pop(s)
+            table.block_ids = [mapping[b] for b in table.block_ids]
+            dst_tables[s] = table
+        return list(mapping.items())
 
     # --- invariants ---------------------------------------------------------------------------
     def check(self) -> None:
@@ -252,6 +388,13 @@ class BlockSpaceManager:
         uneven = {b: sorted(f) for b, f in fill.items() if len(f) > 1}
         if uneven:
             raise BlockError(f"shared blocks hold different token counts in different tables: {uneven}")
+        if self.cpu_allocator is not None:
+            self.cpu_allocator.check()
+            cpu_holders = Counter(b for t in self._swapped.values() for b in t.block_ids)
+            for b in range(self.cpu_allocator.num_blocks):
+                if self.cpu_allocator.ref_count(b) != cpu_holders[b]:
+                    raise BlockError(f"CPU block {b} has ref count {self.cpu_allocator.ref_count(b)} but "
+                                     f"{cpu_holders[b]} swapped tables hold it")
         stale = [(src, dst) for src, dst in self._copies if holders[dst] == 0]
         if stale:
             raise BlockError(f"queued copy-on-write copies into blocks no table holds: {stale}")

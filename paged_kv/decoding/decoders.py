@@ -18,7 +18,7 @@ the batch holds ``n`` sequences per prompt (parallel sampling; ``n = 1`` by defa
   (copy-on-write, §4.4).  The other decoders simply run the prompt ``n`` times.
 
 All three must give the same tokens (``tests/decoding/test_generate.py``,
-``tests/decoding/test_sharing.py``).  A cache holds ``prompt + max_new_tokens - 1`` tokens per
+``tests/decoding/test_parallel_sampling.py``).  A cache holds ``prompt + max_new_tokens - 1`` tokens per
 sequence at the end: the last sampled token is returned, never fed back, so its K/V is never
 written (:func:`stored_tokens`).
 

@@ -29,7 +29,7 @@ from ..defaults import BLOCK_SIZE
 from ..errors import ConfigError, PromptError
 from ..model.attention import check_backend
 from ..model.llama import TinyLlama
-from ..model.sampling import SamplingParams, sample, sample_generator
+from ..model.sampling import SamplingParams, apply_penalties, sample, sample_generator
 from ..validate import count
 from .decoders import make_decoder
 
@@ -164,7 +164,8 @@ def generate(model: TinyLlama, prompts: Sequence[Sequence[int]], max_new_tokens:
         nxt = []
         for r, sp in enumerate(params):         # each request's rows with its own parameters
             rs = slice(r * n, (r + 1) * n)
-            nxt += sample(logits[rs], sp, None if sp.greedy else generators[rs]).tolist()
+            scores = apply_penalties(logits[rs], tokens[rs], sp)     # the frequency penalty, if any
+            nxt += sample(scores, sp, None if sp.greedy else generators[rs]).tolist()
         sync()
         times.append(time.perf_counter() - t0)
         for t, x in zip(tokens, nxt):

@@ -16,9 +16,9 @@ from .attention import BACKENDS, AttentionMetadata, check_backend, decode_attent
 from .checkpoint import load_checkpoint, load_tiny_model, save_checkpoint, weights_dir
 from .config import ModelConfig
 from .llama import TinyLlama, load_hf_state_dict
-from .sampling import SamplingParams, sample, sample_generator
+from .sampling import SamplingParams, apply_penalties, sample, sample_generator
 from .tokenizer import ByteTokenizer
 
 __all__ = ["AttentionMetadata", "BACKENDS", "ByteTokenizer", "ModelConfig", "SamplingParams", "TinyLlama",
            "check_backend", "decode_attention", "load_checkpoint", "load_hf_state_dict", "load_tiny_model",
-           "prefill_attention", "sample", "sample_generator", "save_checkpoint", "weights_dir"]
+           "prefill_attention", "apply_penalties", "sample", "sample_generator", "save_checkpoint", "weights_dir"]

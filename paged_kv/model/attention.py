@@ -37,8 +37,9 @@ class AttentionMetadata:
     """What the attention layers need to know about one forward pass of ``[B, T]`` tokens.
 
     Attributes:
-        phase: ``"prefill"`` (T >= 1 prompt tokens starting at position 0) or ``"decode"``
-            (T == 1, one new token per sequence).
+        phase: ``"prefill"`` (T >= 1 prompt tokens per row, from position ``context_lens[b]``: 0
+            for a whole prompt, more for a later chunk of it) or ``"decode"`` (T == 1, one new
+            token per sequence).
         positions: ``[B, T]`` int64, absolute position of each token (RoPE angle; the
             contiguous cache's row).
         seq_lens: ``[B]`` int32. Prefill: valid tokens of each right-padded row. Decode: tokens
@@ -46,6 +47,8 @@ class AttentionMetadata:
         slot_mapping: ``[B, T]`` int64 or ``None``; paged cache only: the physical slot
             (``block_id * block_size + offset``) each new token is written to, ``-1`` = padding.
         block_tables: ``[B, max_blocks]`` int32 or ``None``; paged cache only.
+        context_lens: ``[B]`` int32 or ``None`` (all 0); prefill only: tokens each sequence had
+            cached before this pass (chunked prefill, paged cache only).
     """
 
     phase: str
@@ -53,6 +56,7 @@ class AttentionMetadata:
     seq_lens: torch.Tensor
     slot_mapping: torch.Tensor | None = None
     block_tables: torch.Tensor | None = None
+    context_lens: torch.Tensor | None = None
 
     def __post_init__(self) -> None:
         if self.phase not in ("prefill", "decode"):

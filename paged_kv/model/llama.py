@@ -77,8 +77,12 @@ class CausalSelfAttention(nn.Module):
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         if cache is not None:
             cache.store(self.layer_idx, k, v, meta, backend)  # this step's K/V join the cache
-        if meta.phase == "prefill":
-            # The prompt attends to itself: its K/V are right here, no need to read the cache.
+        if meta.phase == "prefill" and cache is not None:
+            # The cache decides: a contiguous one attends over this pass's own K/V; a paged one
+            # reads through the block tables, which also serves a later chunk of a prompt.
+            out = cache.prefill_attention(self.layer_idx, q, k, v, meta, backend)  # (B, T, H, D)
+        elif meta.phase == "prefill":
+            # No cache (recompute): the prompt attends to itself, its K/V right here.
             out = attention.prefill_attention(q, k, v, meta.seq_lens, backend)  # (B, T, H, D)
         else:
             if cache is None:

@@ -20,7 +20,7 @@ import torch
 from ..errors import ConfigError, TensorError
 from ..validate import count, real
 
-__all__ = ["SamplingParams", "sample", "sample_generator"]
+__all__ = ["SamplingParams", "apply_penalties", "sample", "sample_generator"]
 
 
 @dataclass(frozen=True)
@@ -37,11 +37,16 @@ class SamplingParams:
         n: samples per request (parallel sampling, vLLM paper §4.4): with the paged cache they
             share the prompt's blocks.  Greedy ``n > 1`` would give ``n`` identical copies, so it is
             refused.
+        max_tokens: tokens to generate per sample (the serving engine's stopping rule; the
+            byte-level model has no end-of-sequence token).  :func:`paged_kv.decoding.generate`
+            takes its own ``max_new_tokens`` instead.
+        frequency_penalty: subtracted from a token's logit once per time the sample has already
+            generated it (OpenAI's and vLLM's definition; prompt tokens do not count), >= 0.
 
     Raises:
         ConfigError: a negative or non-numeric temperature, ``top_k < 1``, ``top_p`` outside
-            ``(0, 1]``, a seed that is not an int >= 0, ``n < 1``, sampling without a seed, or
-            greedy with ``n > 1``.
+            ``(0, 1]``, a seed that is not an int >= 0, ``n < 1``, ``max_tokens < 1``, a negative
+            frequency penalty, sampling without a seed, or greedy with ``n > 1``.
     """
 
     temperature: float = 0.0
@@ -49,6 +54,8 @@ class SamplingParams:
     top_p: float | None = None
     seed: int | None = None
     n: int = 1
+    max_tokens: int = 16
+    frequency_penalty: float = 0.0
 
     def __post_init__(self) -> None:
         fix = lambda name, value: object.__setattr__(self, name, value)  # frozen dataclass
@@ -60,6 +67,8 @@ class SamplingParams:
         if self.seed is not None:
             fix("seed", count("seed (or None)", self.seed, 0))
         fix("n", count("n (samples per request)", self.n, 1))
+        fix("max_tokens", count("max_tokens", self.max_tokens, 1))
+        fix("frequency_penalty", real("frequency_penalty", self.frequency_penalty, 0.0))
         if not self.greedy and self.seed is None:
             raise ConfigError(f"sampling with temperature {self.temperature} needs a seed "
                               f"(SamplingParams(..., seed=0)): no run is silently unseeded")
@@ -81,6 +90,20 @@ def sample_generator(seed: int, index: int = 0, device="cpu") -> torch.Generator
     """
     seed, index = count("seed", seed, 0), count("index", index, 0)
     return torch.Generator(device=device).manual_seed(seed + index)
+
+
+def apply_penalties(logits: torch.Tensor, outputs: Sequence[Sequence[int]], params: SamplingParams) -> torch.Tensor:
+    """``logits [B, V]`` with the frequency penalty applied: row ``b``'s logit of token ``t`` minus
+    ``params.frequency_penalty`` times the number of times ``t`` occurs in ``outputs[b]`` (the
+    tokens that sequence generated so far).  Returns a new tensor; no penalty returns ``logits``."""
+    if params.frequency_penalty == 0:
+        return logits
+    counts = torch.zeros_like(logits, dtype=torch.float32)
+    for b, out in enumerate(outputs):
+        if out:
+            ids = torch.tensor(list(out), dtype=torch.long, device=logits.device)
+            counts[b].index_add_(0, ids, torch.ones(len(ids), device=logits.device))
+    return logits.float() - params.frequency_penalty * counts
 
 
 def sample(logits: torch.Tensor, params: SamplingParams,

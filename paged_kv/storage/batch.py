@@ -88,22 +88,27 @@ class PagedBatch:
 
 
 def prepare_paged_batch(manager: BlockSpaceManager, seq_ids: Sequence[Hashable],
-                        new_tokens: Sequence[Sequence[int]], phase: str, device=None) -> PagedBatch:
+                        new_tokens: Sequence[Sequence[int]], phase: str, device=None,
+                        starts: Sequence[int] | None = None) -> PagedBatch:
     """Read ``manager`` into the tensors of one step: steps 2 of the module's order of operations.
 
-    ``new_tokens[b]`` are the token ids of sequence ``seq_ids[b]`` that this pass runs: they must
-    be the sequence's *last* ``len(new_tokens[b])`` tokens, whose slots the manager has already
-    given (``allocate`` / ``append_slot``).  The copy-on-write copies the manager queued are taken
-    (the queue is emptied) into :attr:`PagedBatch.copies`.
+    ``new_tokens[b]`` are the token ids of sequence ``seq_ids[b]`` that this pass runs, at positions
+    ``starts[b] .. starts[b] + len(new_tokens[b]) - 1``, whose slots the manager has already given
+    (``allocate`` / ``append_slot``).  By default they are the sequence's *last* tokens
+    (``starts[b] = num_tokens - len``); the serving engine passes ``starts`` because it allocates a
+    whole prompt at admission and then runs it chunk by chunk.  The copy-on-write copies the manager
+    queued are taken (the queue is emptied) into :attr:`PagedBatch.copies`.
 
     Args:
-        phase: ``"prefill"``: the whole prompt of each sequence, starting at position 0 (it attends
-            to itself); ``"decode"``: exactly one new token per sequence (it attends to the cache).
+        phase: ``"prefill"``: a prompt, or a chunk of it, per sequence: its new tokens attend to
+            the tokens cached before them (the first ``starts[b]``) and causally to each other
+            (chunked prefill starts a chunk anywhere, even inside a block); ``"decode"``: exactly
+            one new token per sequence.
+        starts: the position of each row's first new token (tokens).
 
     Raises:
-        ConfigError: an unknown phase; a prefill that does not start at position 0; a decode row
-            without exactly one token.
-        PromptError: an empty batch, or a row with no tokens or more tokens than its sequence holds.
+        ConfigError: an unknown phase; a decode row without exactly one token.
+        PromptError: an empty batch, or a row with no tokens or tokens past what its sequence holds.
         BlockError: (from the manager) an unknown sequence id.
     """
     if phase not in ("prefill", "decode"):
@@ -114,25 +119,30 @@ def prepare_paged_batch(manager: BlockSpaceManager, seq_ids: Sequence[Hashable],
                           f"{len(new_tokens)} token lists")
     lens = [manager.num_tokens(s) for s in seq_ids]               # tokens each sequence holds now
     counts = [len(t) for t in new_tokens]
-    for s, n, k in zip(seq_ids, lens, counts):
-        if not 1 <= k <= n:
-            raise PromptError(f"sequence {s!r} holds {n} tokens; cannot run {k} new ones")
-        if phase == "prefill" and k != n:
-            raise ConfigError(f"a prefill runs a whole prompt from position 0; sequence {s!r} "
-                              f"holds {n} tokens and {k} are new")
+    if starts is None:
+        starts = [n - k for n, k in zip(lens, counts)]
+    elif len(starts) != len(seq_ids):
+        raise PromptError(f"need one start per sequence: {len(seq_ids)} sequences, {len(starts)} starts")
+    starts = [int(x) for x in starts]
+    for s, n, k, x in zip(seq_ids, lens, counts, starts):
+        if k < 1 or x < 0 or x + k > n:
+            raise PromptError(f"sequence {s!r} holds {n} tokens; cannot run {k} new ones from position {x}")
         if phase == "decode" and k != 1:
             raise ConfigError(f"a decode step runs one token per sequence; sequence {s!r} has {k}")
     ids, num_new = right_pad(new_tokens)                                  # (B, T), (B,)
     B, T = ids.shape
     positions = torch.zeros(B, T, dtype=torch.long)                       # (B, T)
     slots = torch.full((B, T), -1, dtype=torch.int64)                     # (B, T), -1 = padding
-    for b, (s, n, k) in enumerate(zip(seq_ids, lens, counts)):
-        positions[b, :k] = torch.arange(n - k, n)
-        positions[b, k:] = n - 1               # padding: a valid position, never written or read
-        slots[b, :k] = torch.tensor(manager.slot_mapping(s, n - k, n), dtype=torch.int64)
-    seq_lens = num_new if phase == "prefill" else torch.tensor(lens, dtype=torch.int32)
+    for b, (s, k, x) in enumerate(zip(seq_ids, counts, starts)):
+        positions[b, :k] = torch.arange(x, x + k)
+        positions[b, k:] = x + k - 1           # padding: a valid position, never written or read
+        slots[b, :k] = torch.tensor(manager.slot_mapping(s, x, x + k), dtype=torch.int64)
+    ends = torch.tensor([x + k for x, k in zip(starts, counts)], dtype=torch.int32)
+    seq_lens = num_new if phase == "prefill" else ends
+    context = torch.tensor(starts, dtype=torch.int32) if phase == "prefill" else None
     meta = AttentionMetadata(phase, positions.to(device), seq_lens.to(device), slot_mapping=slots.to(device),
-                             block_tables=padded_block_tables(manager, seq_ids, device=device))
+                             block_tables=padded_block_tables(manager, seq_ids, device=device),
+                             context_lens=None if context is None else context.to(device))
     return PagedBatch(seq_ids, ids.to(device), meta, num_new.to(device), manager.take_copies())
 
 

@@ -83,6 +83,19 @@ class ContiguousKVCache:
             new_len = torch.where(valid, pos + 1, 0).amax(dim=1).to(torch.int32)
             self.seq_lens = torch.maximum(self.seq_lens, new_len)
 
+    def prefill_attention(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                          meta: AttentionMetadata, backend: str) -> torch.Tensor:
+        """Causal attention of a prompt over its own ``k, v [B, T, Hkv, D]`` (just written here).
+
+        Raises:
+            CacheError: a chunk that does not start at position 0 (chunked prefill needs the
+                paged cache).
+        """
+        if meta.context_lens is not None and bool((meta.context_lens != 0).any()):
+            raise CacheError("the contiguous cache prefills whole prompts only; chunked prefill "
+                             "(context_lens > 0) needs the paged cache")
+        return attention.prefill_attention(q, k, v, meta.seq_lens, backend)
+
     def decode_attention(self, layer: int, q: torch.Tensor, meta: AttentionMetadata, backend: str) -> torch.Tensor:
         """Attention of ``q [B, H, D]`` over the first ``meta.seq_lens[b]`` cached tokens."""
         return attention.decode_attention(q, self.k[layer], self.v[layer], meta.seq_lens, backend)

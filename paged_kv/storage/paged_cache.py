@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import torch
 
-from kernels import cache_ops, copy_blocks, paged_attention
+from kernels import cache_ops, copy_blocks, paged_attention, paged_prefill
 
 from ..defaults import BLOCK_SIZE
-from ..errors import CacheError, ConfigError, TensorError
+from ..errors import ConfigError, TensorError
 from ..memory import kv_bytes_per_token
 from ..model.attention import AttentionMetadata, check_backend
 from ..model.config import ModelConfig
@@ -42,6 +42,8 @@ class PagedKVCache:
             same tokens, so one block id serves all layers (as in vLLM).
         block_size: token slots per block (BS).
         dtype, device: of the cache tensors (must match the model's activations).
+        num_cpu_blocks: blocks of a CPU swap pool (pinned memory beside a GPU; 0: none), for
+            preemption by swapping (vLLM paper §4.5).
 
     Memory: ``2 * L * NB * BS * Hkv * D * dtype_bytes`` bytes, allocated up front (zeros);
     :attr:`nbytes` reports it from the real tensors, :attr:`bytes_per_block` per block id.
@@ -54,7 +56,7 @@ class PagedKVCache:
     """
 
     def __init__(self, cfg: ModelConfig, num_blocks: int, block_size: int = BLOCK_SIZE,
-                 dtype: torch.dtype = torch.float32, device=None) -> None:
+                 dtype: torch.dtype = torch.float32, device=None, num_cpu_blocks: int = 0) -> None:
         self.cfg = cfg
         self.num_blocks = count("num_blocks", num_blocks, 1)
         self.block_size = count("block_size", block_size, 1)
@@ -66,6 +68,11 @@ class PagedKVCache:
         shape = (cfg.num_layers, self.num_blocks, self.block_size, cfg.num_kv_heads, cfg.head_dim)
         self.k_cache = torch.zeros(shape, dtype=dtype, device=self.device)
         self.v_cache = torch.zeros(shape, dtype=dtype, device=self.device)
+        self.num_cpu_blocks = count("num_cpu_blocks", num_cpu_blocks, 0)
+        cpu_shape = (cfg.num_layers, self.num_cpu_blocks, self.block_size, cfg.num_kv_heads, cfg.head_dim)
+        pin = self.device.type == "cuda"               # pinned host memory: DMA without a staging copy
+        self.cpu_k_cache = torch.zeros(cpu_shape, dtype=dtype, pin_memory=pin)
+        self.cpu_v_cache = torch.zeros(cpu_shape, dtype=dtype, pin_memory=pin)
 
     @classmethod
     def from_memory_budget(cls, cfg: ModelConfig, budget_bytes: int, block_size: int = BLOCK_SIZE,
@@ -150,7 +157,41 @@ class PagedKVCache:
         else:
             copy_blocks.copy_blocks_reference(self.k_cache, self.v_cache, mapping)
 
+    def swap_out(self, mapping: list[tuple[int, int]]) -> None:
+        """Copy GPU blocks to CPU blocks, ``(gpu, cpu)`` pairs from
+        :meth:`paged_kv.blocks.BlockSpaceManager.swap_out` (all layers, K and V); returns when done."""
+        self._swap(mapping, (self.k_cache, self.v_cache), (self.cpu_k_cache, self.cpu_v_cache))
+
+    def swap_in(self, mapping: list[tuple[int, int]]) -> None:
+        """Copy CPU blocks back to GPU blocks, ``(cpu, gpu)`` pairs from ``swap_in``; returns when done."""
+        self._swap(mapping, (self.cpu_k_cache, self.cpu_v_cache), (self.k_cache, self.v_cache))
+
+    def _swap(self, mapping, src, dst) -> None:
+        if not mapping:
+            return
+        pairs = torch.tensor(mapping, dtype=torch.int64).reshape(-1, 2)
+        for s, d in zip(src, dst):
+            cache_ops.swap_blocks(s, d, pairs)
+
     # --- reads -----------------------------------------------------------------------------
+    def prefill_attention(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                          meta: AttentionMetadata, backend: str) -> torch.Tensor:
+        """Attention of a prefill chunk's queries ``q [B, T, H, D]`` over everything its sequence
+        holds: the tokens cached before the chunk (``meta.context_lens``, default 0) through the
+        block tables, and the chunk itself causally.  The chunk's ``k, v`` are already stored
+        (:meth:`store` runs first), so they are read from the cache like the rest.  Returns
+        ``[B, T, H, D]``; ``backend="triton"`` runs :func:`kernels.paged_prefill.paged_prefill_attention`.
+        """
+        if meta.block_tables is None:
+            raise TensorError("the paged cache needs meta.block_tables ([B, max_blocks] int32)")
+        context = meta.context_lens
+        if context is None:
+            context = torch.zeros_like(meta.seq_lens)
+        args = (q, self.k_cache[layer], self.v_cache[layer], meta.block_tables, context, meta.seq_lens)
+        if check_backend(backend) == "triton":
+            return paged_prefill.paged_prefill_attention(*args)
+        return paged_prefill.paged_prefill_attention_reference(*args)
+
     def decode_attention(self, layer: int, q: torch.Tensor, meta: AttentionMetadata, backend: str) -> torch.Tensor:
         """Attention of ``q [B, H, D]`` over each sequence's ``meta.seq_lens[b]`` cached tokens,
         found through ``meta.block_tables [B, max_blocks]``.  Returns ``[B, H, D]``."""

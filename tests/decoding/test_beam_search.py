@@ -69,3 +69,15 @@ def test_bad_arguments_raise(small_model):
         beam_search(small_model, PROMPT, 300, 3)
     with pytest.raises(OutOfBlocksError):
         beam_search(small_model, PROMPT, 4, 8, block_size=4, num_blocks=4)
+
+
+def test_the_simulators_beam_model_bounds_the_real_search(small_model):
+    """paged_kv.sim.sharing models beams as sharing the full blocks of their common prefix; with
+    the real search's own common prefix at each step, that count can only be at least the blocks
+    really held (two beams may share more than all four do) and at most the unshared count."""
+    from paged_kv.sim import Sharing, group_blocks
+    res = beam_search(small_model, PROMPT, 4, 16, block_size=4)
+    for step, (used, unshared, d) in enumerate(zip(res.blocks_used, res.blocks_unshared, res.divergence)):
+        L = len(PROMPT) + step + 1
+        model = int(group_blocks(len(PROMPT), L, Sharing("beam", 4, d), 4))
+        assert used <= model <= unshared, step

@@ -30,7 +30,6 @@ def test_copy_blocks_matches_reference_and_touches_nothing_else(L, NB, BS, Hkv, 
     copy_blocks(k, v, mapping, block_e=64)         # several iterations per block where E > 64
     copy_blocks_reference(kr, vr, mapping)
     assert torch.equal(k, kr) and torch.equal(v, vr)                  # byte-identical
-    dsts = {d for _, d in pairs}
     for b in range(NB):
         src = next((s for s, d in pairs if d == b), b)
         assert torch.equal(k[:, b], k0[:, src]) and torch.equal(v[:, b], v0[:, src]), b

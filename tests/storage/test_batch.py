@@ -74,7 +74,6 @@ def test_run_applies_the_copies_before_the_new_token_is_written(small_model):
 
 @pytest.mark.parametrize("seqs,tokens,phase,err,match", [
     (["a"], [[1, 2, 3, 4, 5]], "verify", ConfigError, "phase"),
-    (["a"], [[1, 2]], "prefill", ConfigError, "whole prompt"),
     (["a"], [[1, 2]], "decode", ConfigError, "one token"),
     (["a"], [[1] * 6], "prefill", PromptError, "holds 5 tokens; cannot run 6"),
     (["a", "b"], [[1]], "decode", PromptError, "one token list per sequence"),

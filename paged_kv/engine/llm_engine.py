@@ -1,0 +1,459 @@
+"""A small serving engine: the loop every engine runs, over the tiny model or a timing model.
+
+:class:`LLMEngine` follows the shape of vLLM's ``LLMEngine`` (``add_request``, ``step``,
+``generate``), read as a map, not copied.  One :meth:`LLMEngine.step` is:
+
+1. **schedule** (:class:`~paged_kv.scheduling.Scheduler`): decode every running sequence, prefill
+   chunks within the token budget, admit or resume waiting and swapped requests, preempt the
+   latest arrival when blocks run out (continuous batching, vLLM paper §4.5);
+2. **run** (a runner, :mod:`paged_kv.engine.runner`): swaps, copy-on-write copies, the forward
+   pass through the block tables, sampling;
+3. **update**: record the new tokens, free finished sequences' blocks, report outputs.
+
+It measures what engines report: time to first token (TTFT), time per output token (TPOT),
+throughput, KV-cache usage, preemptions and swapped blocks (:class:`EngineStats`).  Time is the
+wall clock with the tiny model, the modelled clock with :class:`~paged_kv.engine.runner.TimingRunner`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Hashable, Sequence
+
+from ..blocks import Event, rename_sequences, snapshot
+from ..defaults import BLOCK_SIZE, MAX_NUM_SEQS, WATERMARK
+from ..errors import AdmissionError, ConfigError, PagedKVError, PromptError
+from ..memory import kv_bytes_per_token
+from ..model.sampling import SamplingParams
+from ..scheduling import Scheduler, SchedulerConfig
+from ..scheduling.request import Request
+from ..scheduling.scheduler import MAX_NUM_BATCHED_TOKENS
+from ..storage.paged_cache import KV_DTYPE_NAMES
+from ..validate import count
+from .runner import ModelRunner, TimingRunner
+
+__all__ = ["EngineConfig", "EngineStats", "LLMEngine", "RequestOutput", "StepRecord"]
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """The engine's knobs (vLLM's names; see :class:`~paged_kv.scheduling.SchedulerConfig`).
+
+    Give the GPU pool as ``num_gpu_blocks`` *or* as ``gpu_memory_bytes`` (bytes for the KV cache,
+    all layers, K and V: ``num_gpu_blocks = gpu_memory_bytes // bytes_per_block``, the way vLLM
+    turns ``gpu_memory_utilization`` into blocks); likewise ``num_cpu_blocks`` or
+    ``swap_space_bytes`` for the CPU pool.
+
+    Raises:
+        ConfigError: neither or both of a pool's two forms, or a bad knob.
+    """
+
+    block_size: int = BLOCK_SIZE
+    num_gpu_blocks: int | None = None
+    gpu_memory_bytes: int | None = None
+    num_cpu_blocks: int | None = None
+    swap_space_bytes: int | None = None
+    max_num_seqs: int = MAX_NUM_SEQS
+    max_num_batched_tokens: int = MAX_NUM_BATCHED_TOKENS
+    enable_chunked_prefill: bool = True
+    watermark: float = WATERMARK
+    preemption_mode: str = "recompute"
+    max_model_len: int | None = None
+    reservation: str = "none"
+    backend: str = "torch"
+
+    def __post_init__(self) -> None:
+        if (self.num_gpu_blocks is None) == (self.gpu_memory_bytes is None):
+            raise ConfigError("give the GPU pool as num_gpu_blocks or as gpu_memory_bytes (one of them)")
+        if self.num_cpu_blocks is not None and self.swap_space_bytes is not None:
+            raise ConfigError("give the CPU pool as num_cpu_blocks or as swap_space_bytes, not both")
+        if self.backend not in ("torch", "triton"):
+            raise ConfigError(f"backend must be 'torch' or 'triton', got {self.backend!r}")
+
+    def scheduler_config(self, bytes_per_block: int | None = None) -> SchedulerConfig:
+        """The :class:`SchedulerConfig`; ``bytes_per_block`` (bytes, all layers, K and V) turns
+        the byte budgets into blocks.
+
+        Raises:
+            ConfigError: a budget in bytes without ``bytes_per_block``, or one smaller than a block.
+        """
+        def blocks(n, nbytes, label, minimum):
+            if n is not None or nbytes is None:
+                return n or 0
+            if bytes_per_block is None:
+                raise ConfigError(f"{label} is in bytes: the engine needs the model to price a block")
+            nbytes = count(label + " (bytes)", nbytes, 0)
+            if nbytes // bytes_per_block < minimum:
+                raise ConfigError(f"{label} = {nbytes:,} bytes holds no block of {bytes_per_block:,} bytes")
+            return nbytes // bytes_per_block
+        return SchedulerConfig(
+            num_gpu_blocks=blocks(self.num_gpu_blocks, self.gpu_memory_bytes, "gpu_memory_bytes", 1),
+            block_size=self.block_size,
+            num_cpu_blocks=blocks(self.num_cpu_blocks, self.swap_space_bytes, "swap_space_bytes", 0),
+            max_num_seqs=self.max_num_seqs, max_num_batched_tokens=self.max_num_batched_tokens,
+            enable_chunked_prefill=self.enable_chunked_prefill, watermark=self.watermark,
+            preemption_mode=self.preemption_mode, max_model_len=self.max_model_len,
+            reservation=self.reservation)
+
+
+@dataclass
+class RequestOutput:
+    """A request's state (vLLM's ``RequestOutput``, trimmed); it follows the request live.
+
+    Attributes:
+        request_id: its id; ``prompt``: its prompt as given (text or token ids).
+        finished: whether every sample has its ``max_tokens``.
+        arrival, first_token, finish: clock times (s) it arrived, produced its first token, finished
+            (``nan`` until then).
+        preemptions: times it was preempted.
+        token_ids: (property) per sample, the tokens generated so far; ``text``: the same decoded
+            (``None`` without a tokenizer).
+    """
+
+    request_id: Hashable
+    prompt: object
+    request: Request = field(repr=False)
+    tokenizer: object = field(default=None, repr=False)
+    finished: bool = False
+    arrival: float = 0.0
+    first_token: float = math.nan
+    finish: float = math.nan
+    preemptions: int = 0
+
+    @property
+    def token_ids(self) -> list[list[int]]:
+        outs = self.request.outputs
+        return outs + [[] for _ in range(self.request.n - len(outs))]   # samples not forked yet
+
+    @property
+    def text(self) -> list[str] | None:
+        return None if self.tokenizer is None else [self.tokenizer.decode(t) for t in self.token_ids]
+
+    @property
+    def ttft(self) -> float:
+        """Time to first token (s): first token minus arrival."""
+        return self.first_token - self.arrival
+
+    @property
+    def tpot(self) -> float:
+        """Time per output token (s) after the first: ``(finish - first_token) / (tokens - 1)``
+        (``nan`` for a one-token output)."""
+        n = len(self.token_ids[0]) if self.token_ids else 0
+        return (self.finish - self.first_token) / (n - 1) if n > 1 else math.nan
+
+    @property
+    def latency(self) -> float:
+        """End-to-end latency (s): finish minus arrival."""
+        return self.finish - self.arrival
+
+
+@dataclass
+class EngineStats:
+    """Counters over a run, as engines log them.
+
+    Attributes:
+        steps, clock_s: steps run and the clock (s); ``generated``: output tokens produced;
+        prompt_tokens: prompt tokens prefilled (re-prefills included); preemptions, recomputes,
+        swaps: events; swapped_blocks: blocks moved to the CPU pool (each shared block once);
+        kv_usage: per step, the fraction of GPU blocks held after scheduling (vLLM's "GPU KV cache
+        usage"); running, waiting, swapped: per step, queue lengths (requests) after scheduling;
+        admitted, finished, preempted_now: per step, requests admitted or resumed, finished,
+        preempted in it; step_s: per step, its duration (s).
+    """
+
+    steps: int = 0
+    clock_s: float = 0.0
+    generated: int = 0
+    prompt_tokens: int = 0
+    preemptions: int = 0
+    recomputes: int = 0
+    swaps: int = 0
+    swapped_blocks: int = 0
+    kv_usage: list[float] = field(default_factory=list)
+    running: list[int] = field(default_factory=list)
+    waiting: list[int] = field(default_factory=list)
+    swapped: list[int] = field(default_factory=list)
+    admitted: list[int] = field(default_factory=list)
+    finished: list[int] = field(default_factory=list)
+    preempted_now: list[int] = field(default_factory=list)
+    step_s: list[float] = field(default_factory=list)
+
+    @property
+    def throughput(self) -> float:
+        """Output tokens per second of clock."""
+        return self.generated / self.clock_s if self.clock_s else math.nan
+
+    @property
+    def peak_kv_usage(self) -> float:
+        return max(self.kv_usage, default=0.0)
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """One step as plain data, for figures that replay a run (:mod:`paged_kv.viz.serving`).
+
+    Attributes:
+        step: its number (0 = before the first step); ``clock_s``: the clock after it (s).
+        pool: the GPU pool after it, a :class:`~paged_kv.blocks.Snapshot` whose sequences are
+            named ``"<request>"`` (the leader) and ``"<request>.<i>"`` (sample ``i``).
+        cpu: per CPU block, the sequence holding it (``None``: free).
+        waiting, running, swapped: per queue, ``(request, generated tokens, max_tokens, computed
+            prompt tokens, prompt tokens)`` in queue order.
+        text: what happened, in words.
+    """
+
+    step: int
+    clock_s: float
+    pool: object
+    cpu: tuple
+    waiting: tuple
+    running: tuple
+    swapped: tuple
+    text: str
+
+
+class LLMEngine:
+    """Serves requests with continuous batching over a paged KV cache.
+
+    Args:
+        model: a :class:`~paged_kv.model.TinyLlama` (real K/V), or ``None`` with ``iteration_time``
+            (a timing model of a large model: no tokens, only lengths and time).
+        config: the :class:`EngineConfig` (default: 64 blocks of 16 tokens).
+        tokenizer: encodes string prompts and decodes outputs (the tiny model's byte tokenizer).
+        record: keep a :class:`StepRecord` per step in :attr:`records` (for figures; small runs).
+        iteration_time: with ``model=None``, seconds per step as
+            ``iteration_time(kv_tokens, prefill_tokens)`` (:class:`paged_kv.sim.IterationTime`).
+        swap_time: with ``model=None``, seconds to swap ``num_blocks`` blocks one way as
+            ``swap_time(num_blocks, block_size)`` (:class:`paged_kv.engine.serving.SwapTime`).
+
+    Raises:
+        ConfigError: neither a model nor a timing model, or a bad config.
+    """
+
+    def __init__(self, model=None, config: EngineConfig | None = None, tokenizer=None,
+                 iteration_time=None, swap_time=None, record: bool = False) -> None:
+        self.config = config or EngineConfig(num_gpu_blocks=64)
+        if not isinstance(self.config, EngineConfig):
+            raise ConfigError(f"config must be an EngineConfig, got {self.config!r}")
+        self.model, self.tokenizer = model, tokenizer
+        if model is not None:
+            per_block = self.config.block_size * kv_bytes_per_token(model.cfg, KV_DTYPE_NAMES[model.dtype])
+            sc = self.config.scheduler_config(per_block)
+            self.runner = ModelRunner(model, sc.num_gpu_blocks, sc.block_size, sc.num_cpu_blocks,
+                                      self.config.backend)
+        elif iteration_time is not None:
+            sc = self.config.scheduler_config()
+            self.runner = TimingRunner(iteration_time, swap_time)
+        else:
+            raise ConfigError("LLMEngine needs a model, or model=None with an iteration_time (timing model)")
+        self.scheduler = Scheduler(sc)
+        self.stats = EngineStats()
+        self.clock = 0.0
+        self._params: dict[Hashable, SamplingParams] = {}
+        self._outputs: dict[Hashable, RequestOutput] = {}
+        self._next_id = 0
+        self.record = bool(record)
+        self.records: list[StepRecord] = []
+        if self.record:
+            self.records.append(self._step_record("start: every block is free"))
+
+    # --- requests -----------------------------------------------------------------------------
+    def add_request(self, prompt, params: SamplingParams | None = None, request_id: Hashable | None = None,
+                    arrival: float | None = None) -> Hashable:
+        """Queue a request; returns its id.  ``prompt``: text (needs the tokenizer) or token ids.
+        ``arrival``: its arrival time on the engine's clock (default: now).
+
+        Raises:
+            AdmissionError: it could never run on this engine's pool (the reason is in the message:
+                e.g. prompt + max_tokens - 1 stored tokens need more blocks than the pool has); or
+                its id is in use.  Nothing is queued and nothing is preempted.
+            PromptError: an empty prompt, text without a tokenizer, a token id outside the vocabulary,
+                or a prompt + max_tokens longer than the model's ``max_seq_len``.
+        """
+        params = params or SamplingParams()
+        if not isinstance(params, SamplingParams):
+            raise ConfigError(f"params must be a SamplingParams, got {params!r}")
+        ids = self._encode(prompt)
+        if self.model is not None and len(ids) + params.max_tokens > self.model.cfg.max_seq_len:
+            raise PromptError(f"prompt {len(ids)} + max_tokens {params.max_tokens} tokens exceed the "
+                              f"model's max_seq_len {self.model.cfg.max_seq_len}")
+        if request_id is None:
+            while self._next_id in self._outputs:
+                self._next_id += 1
+            request_id = self._next_id
+        arrival = self.clock if arrival is None else float(arrival)
+        req = self.scheduler.add(request_id, ids, params.n, params.max_tokens, arrival)
+        self._params[request_id] = params
+        self._outputs[request_id] = RequestOutput(request_id, prompt, req,
+                                                  self.tokenizer if self.model is not None else None,
+                                                  arrival=arrival)
+        return request_id
+
+    def has_unfinished_requests(self) -> bool:
+        return self.scheduler.has_unfinished
+
+    # --- the loop -----------------------------------------------------------------------------
+    def step(self) -> list[RequestOutput]:
+        """Run one step (schedule, run, update); returns the outputs of the requests that produced
+        tokens in it or finished, in arrival order.  An idle engine returns ``[]``."""
+        sch = self.scheduler
+        if not sch.has_unfinished:
+            return []
+        out = sch.schedule()
+        seconds, sampled = self.runner.execute(sch, out, self._params.__getitem__)
+        self.clock += seconds
+        st = self.stats
+        st.steps += 1
+        st.clock_s = self.clock
+        st.prompt_tokens += out.prefill_tokens
+        st.kv_usage.append(1 - sch.manager.num_free_blocks / sch.config.num_gpu_blocks)
+        st.running.append(len(sch.running))
+        st.waiting.append(len(sch.waiting))
+        st.swapped.append(len(sch.swapped))
+        done = sch.update(out, sampled)
+        st.admitted.append(len(out.admitted))
+        st.finished.append(len(done))
+        st.preempted_now.append(len(out.preempted))
+        st.step_s.append(seconds)
+        if self.record:
+            self.records.append(self._step_record(_describe(out, done)))
+        st.preemptions, st.recomputes, st.swaps = sch.num_preemptions, sch.num_recomputes, sch.num_swaps
+        st.swapped_blocks = sch.num_swapped_blocks
+        st.generated += sum(len(t) for t in sampled.values())
+        touched = {c.request_id for c in out.chunks if c.sample}
+        result = []
+        for rid in sorted(touched, key=lambda r: sch.requests[r].order):
+            req, o = sch.requests[rid], self._outputs[rid]
+            if math.isnan(o.first_token):
+                o.first_token = self.clock
+            o.preemptions = req.preemptions
+            if req.finished:
+                o.finished, o.finish = True, self.clock
+                self.runner.forget(rid)
+            result.append(o)
+        return result
+
+    def generate(self, prompts: Sequence | object, params: SamplingParams | Sequence[SamplingParams] | None = None,
+                 use_tqdm: bool = False) -> list[RequestOutput]:
+        """Run ``prompts`` (one or a list; text or token ids) to completion; returns their outputs
+        in the order given.  ``params``: one for all or one per prompt.  ``use_tqdm``: a progress
+        bar over finished requests (notebook-aware).
+
+        Raises:
+            AdmissionError: a prompt that could never run (checked for all before any runs).
+        """
+        single = isinstance(prompts, str) or (isinstance(prompts, (list, tuple)) and prompts
+                                               and isinstance(prompts[0], int))
+        prompts = [prompts] if single else list(prompts)
+        if params is None or isinstance(params, SamplingParams):
+            params = [params or SamplingParams()] * len(prompts)
+        if len(params) != len(prompts):
+            raise ConfigError(f"{len(params)} SamplingParams for {len(prompts)} prompts")
+        for p, sp in zip(prompts, params):                 # refuse before anything is queued
+            self.check_admissible(p, sp)
+        ids = [self.add_request(p, sp) for p, sp in zip(prompts, params)]
+        bar = None
+        if use_tqdm:
+            from tqdm.auto import tqdm
+            bar = tqdm(total=len(ids), desc="requests", unit="req")
+        while self.has_unfinished_requests():
+            for o in self.step():
+                if o.finished and bar is not None:
+                    bar.update(1)
+        if bar is not None:
+            bar.close()
+        return [self._outputs[i] for i in ids]
+
+    def check_admissible(self, prompt, params: SamplingParams | None = None) -> None:
+        """Raise :class:`AdmissionError` (with the reason) if ``prompt`` could never run here;
+        the same check :meth:`add_request` makes."""
+        params = params or SamplingParams()
+        verdict = self.scheduler.admission(Request("?", self._encode(prompt), params.n, params.max_tokens))
+        if verdict.verdict == "never":
+            raise AdmissionError(f"prompt of {len(self._encode(prompt))} tokens can never run: {verdict.reason}")
+
+    def output(self, request_id) -> RequestOutput:
+        """The output of ``request_id`` (live: it follows the request).
+
+        Raises:
+            PagedKVError: an unknown request id.
+        """
+        if request_id not in self._outputs:
+            raise PagedKVError(f"no request {request_id!r} (known: {list(self._outputs)!r:.80})")
+        return self._outputs[request_id]
+
+    def outputs(self) -> list[RequestOutput]:
+        """Every request's output, in submission order."""
+        return list(self._outputs.values())
+
+    # --- helpers ------------------------------------------------------------------------------
+    def seq_name(self, seq_id: int) -> str:
+        """A sequence's name in figures: ``"<request>"`` for a leader, ``"<request>.<i>"`` for sample i."""
+        for req in self.scheduler.requests.values():
+            for s in req.seqs:
+                if s.seq_id == seq_id:
+                    return str(req.request_id) if s.index == 0 else f"{req.request_id}.{s.index}"
+        return str(seq_id)
+
+    def _step_record(self, text: str) -> StepRecord:
+        sch = self.scheduler
+        names = {s.seq_id: (str(r.request_id) if s.index == 0 else f"{r.request_id}.{s.index}")
+                 for r in sch.requests.values() for s in r.seqs}
+        pool = rename_sequences(snapshot(sch.manager, self.stats.steps, Event("step", text=text)), names)
+        cpu = [None] * sch.config.num_cpu_blocks
+        for sid in sch.manager.swapped_ids:
+            for b in sch.manager.swapped_table(sid).block_ids:
+                cpu[b] = names.get(sid, str(sid))
+
+        def rows(queue):
+            return tuple((str(r.request_id), max(s.num_generated for s in r.seqs), r.max_tokens,
+                          min(r.seqs[0].num_computed, r.prompt_len), r.prompt_len) for r in queue)
+        return StepRecord(self.stats.steps, self.clock, pool, tuple(cpu), rows(sch.waiting), rows(sch.running),
+                          rows(sch.swapped), text)
+
+    def _encode(self, prompt) -> list[int]:
+        if isinstance(prompt, str):
+            if self.tokenizer is None:
+                raise PromptError("a text prompt needs the engine's tokenizer (or pass token ids)")
+            ids = self.tokenizer.encode(prompt)
+        else:
+            try:
+                ids = [count("token id", t, 0, error=PromptError) for t in prompt]
+            except TypeError:
+                raise PromptError(f"a prompt is text or a list of token ids, got {prompt!r:.60}") from None
+        if not ids:
+            raise PromptError("empty prompt: a request needs at least one token")
+        if self.model is not None and max(ids) >= self.model.cfg.vocab_size:
+            raise PromptError(f"token id {max(ids)} is outside the vocabulary (size {self.model.cfg.vocab_size})")
+        return ids
+
+    def __repr__(self) -> str:
+        c = self.scheduler.config
+        return (f"LLMEngine({'tiny model' if self.model is not None else 'timing model'}, "
+                f"{c.num_gpu_blocks} GPU blocks x {c.block_size} tokens, {c.num_cpu_blocks} CPU blocks, "
+                f"preemption={c.preemption_mode}, chunked prefill={'on' if c.enable_chunked_prefill else 'off'})")
+
+
+
+def _describe(out, done) -> str:
+    """One step in words: who was admitted, preempted (how), finished; prefill chunks and decodes."""
+    parts = []
+    if out.admitted:
+        parts.append("admitted " + ", ".join(map(str, out.admitted)))
+    if out.recomputed:
+        parts.append("preempted " + ", ".join(map(str, out.recomputed)) + " (recompute)")
+    if out.swapped:
+        parts.append("swapped out " + ", ".join(map(str, out.swapped)))
+    if out.swap_in:
+        parts.append(f"{len(out.swap_in)} blocks swapped in")
+    chunks = [f"{c.request_id}[{c.start}:{c.start + c.length}]" for c in out.chunks if c.length > 1 or not c.sample]
+    if chunks:
+        parts.append("prefill " + ", ".join(chunks))
+    if out.decode_tokens:
+        parts.append(f"{out.decode_tokens} decode token{'s' if out.decode_tokens > 1 else ''}")
+    if out.copies:
+        parts.append(f"{len(out.copies)} copy-on-write copies")
+    if done:
+        parts.append("finished " + ", ".join(str(r.request_id) for r in done))
+    return "; ".join(parts) or "nothing to do"

@@ -1,0 +1,233 @@
+"""Serving a trace of requests with the engine: arrivals over time, latency against request rate.
+
+:func:`serve_trace` feeds a :class:`~paged_kv.sim.Trace` (arrival times, prompt and output
+lengths) to an :class:`~paged_kv.engine.LLMEngine` as the clock passes each arrival, the way a
+benchmark client does, and returns per-request times.  With a timing model (``model=None``) the
+engine runs no tensors: the same scheduler and block manager as with the tiny model, and each
+step costs what :class:`paged_kv.sim.IterationTime` charges for the tokens it reads and prefills
+(for the paper's set-up, OPT-13B on an A100-40GB by roofline: :class:`paged_kv.sim.ServingSetup`).
+
+:func:`rate_sweep` repeats that over request rates for several engine configurations: the shape of
+the vLLM paper's Figure 12 (normalized latency against request rate, §6.2).
+
+Legend: N requests.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import ConfigError
+from ..model.sampling import SamplingParams
+from ..sim import ServingSetup, Trace
+from ..validate import count, real
+from .llm_engine import EngineConfig, EngineStats, LLMEngine
+
+__all__ = ["ServeResult", "SwapTime", "engine_config_for", "rate_sweep", "serve_static", "serve_trace"]
+
+PCIE4_X16_BYTES_PER_S = 25e9     # an assumption: PCIe 4.0 x16 is 32 GB/s per direction, ~25 GB/s achieved
+COPY_CALL_S = 10e-6              # an assumption: fixed cost of one small cudaMemcpyAsync (launch + DMA set-up)
+
+
+@dataclass(frozen=True)
+class SwapTime:
+    """Seconds to move ``num_blocks`` blocks one way between GPU and CPU memory.
+
+    ``copies * per_copy_s + bytes / bytes_per_s``, where ``bytes = num_blocks * block_size *
+    kv_bytes_per_token``.  ``per_block_copies=True`` models vLLM v0's ``swap_blocks``, one
+    ``cudaMemcpyAsync`` per block, per layer, for K and for V (``copies = 2 * L * num_blocks``): with
+    small blocks the fixed cost per copy dominates, which is why the paper (§7.3, Fig. 19) finds
+    swapping slow at small block sizes.  ``False`` models this book's
+    :func:`kernels.cache_ops.swap_blocks`, which gathers the blocks and copies once per layer and
+    tensor (``copies = 2 * L``).
+
+    The two hardware figures are assumptions, not measurements: ``bytes_per_s`` (default 25 GB/s, a
+    PCIe 4.0 x16 link, 32 GB/s per direction in theory) and ``per_copy_s`` (default 10 us).
+
+    Raises:
+        ConfigError: a size or rate that is not > 0.
+    """
+
+    kv_bytes_per_token: int
+    num_layers: int
+    bytes_per_s: float = PCIE4_X16_BYTES_PER_S
+    per_copy_s: float = COPY_CALL_S
+    per_block_copies: bool = True
+
+    def __post_init__(self) -> None:
+        count("kv_bytes_per_token", self.kv_bytes_per_token)
+        count("num_layers", self.num_layers)
+        for label in ("bytes_per_s", "per_copy_s"):
+            real(label, getattr(self, label), 0.0, low_open=label == "bytes_per_s")
+
+    def __call__(self, num_blocks: int, block_size: int) -> float:
+        copies = 2 * self.num_layers * (num_blocks if self.per_block_copies else 1)
+        return copies * self.per_copy_s + num_blocks * block_size * self.kv_bytes_per_token / self.bytes_per_s
+
+
+@dataclass
+class ServeResult:
+    """What :func:`serve_trace` measured.
+
+    Attributes:
+        trace: the requests served.  ``n``: samples per request.
+        first_token_s, finish_s: ``[N]`` float64, clock times (s) of each request's first token and
+            of its last.
+        stats: the engine's :class:`EngineStats` (steps, preemptions, swapped blocks, KV usage).
+    """
+
+    trace: Trace
+    n: int
+    first_token_s: np.ndarray
+    finish_s: np.ndarray
+    stats: EngineStats
+
+    @property
+    def ttft_s(self) -> np.ndarray:
+        """``[N]`` time to first token (s)."""
+        return self.first_token_s - self.trace.arrival_s
+
+    @property
+    def latency_s(self) -> np.ndarray:
+        """``[N]`` end-to-end latency (s)."""
+        return self.finish_s - self.trace.arrival_s
+
+    @property
+    def normalized_latency(self) -> float:
+        """The paper's metric (§6.1): mean over requests of latency / output length (s/token)."""
+        return float(np.mean(self.latency_s / self.trace.output_len))
+
+    @property
+    def throughput(self) -> float:
+        """Requests finished per second of clock, from the first arrival to the last finish."""
+        span = float(self.finish_s.max() - self.trace.arrival_s.min())
+        return len(self.trace) / span if span > 0 else math.nan
+
+
+def engine_config_for(setup: ServingSetup, reservation: str = "none", block_size: int = 16,
+                      preemption_mode: str = "recompute", **kw) -> EngineConfig:
+    """An :class:`EngineConfig` over ``setup``'s KV budget: ``pool_slots // block_size`` blocks,
+    ``max_model_len = setup.max_seq_len``, no watermark unless given, and a token budget no step
+    reaches (the paper's vLLM had no chunked prefill; the simulator of chapter 4 has no budget)."""
+    kw.setdefault("watermark", 0.0)
+    kw.setdefault("max_num_batched_tokens", setup.pool_slots)
+    return EngineConfig(block_size=block_size, num_gpu_blocks=setup.pool_slots // block_size,
+                        max_model_len=setup.max_seq_len, reservation=reservation,
+                        preemption_mode=preemption_mode, **kw)
+
+
+def serve_trace(trace: Trace, config: EngineConfig, iteration_time, n: int = 1,
+                use_tqdm: bool = False, swap_time=None) -> ServeResult:
+    """Serve ``trace`` on a timing-model engine: request ``i`` arrives at ``trace.arrival_s[i]``
+    with a ``prompt_len[i]``-token prompt and generates ``output_len[i]`` tokens per sample.
+
+    Args:
+        config: the engine's knobs.  iteration_time: seconds per step, see :class:`TimingRunner`.
+        n: samples per request (parallel sampling: they share the prompt's blocks).
+        use_tqdm: a progress bar over finished requests.
+        swap_time: seconds per swap, see :class:`SwapTime` (``None``: swaps are free).
+
+    Raises:
+        ConfigError: a bad trace or ``n``.  AdmissionError: a request the pool can never hold.
+    """
+    if not isinstance(trace, Trace):
+        raise ConfigError(f"trace must be a paged_kv.sim.Trace, got {type(trace).__name__}")
+    n = count("n (samples per request)", n)
+    engine = LLMEngine(None, config, iteration_time=iteration_time, swap_time=swap_time)
+    arrivals, prompts, outputs = trace.arrival_s.tolist(), trace.prompt_len.tolist(), trace.output_len.tolist()
+    params = [SamplingParams(max_tokens=o, n=n, temperature=1.0 if n > 1 else 0.0, seed=0 if n > 1 else None)
+              for o in outputs]
+    for p, sp in zip(prompts, params):               # refuse the whole trace before serving any
+        engine.check_admissible([0] * p, sp)
+    bar = None
+    if use_tqdm:
+        from tqdm.auto import tqdm
+        bar = tqdm(total=len(trace), desc=trace.name, unit="req")
+    nxt, done = 0, 0
+    while done < len(trace):
+        while nxt < len(trace) and arrivals[nxt] <= engine.clock:
+            engine.add_request([0] * prompts[nxt], params[nxt], request_id=nxt, arrival=arrivals[nxt])
+            nxt += 1
+        if not engine.has_unfinished_requests():
+            engine.clock = arrivals[nxt]             # idle until the next arrival
+            continue
+        for out in engine.step():
+            if out.finished:
+                done += 1
+                if bar is not None:
+                    bar.update(1)
+    if bar is not None:
+        bar.close()
+    first = np.array([engine.output(i).first_token for i in range(len(trace))])
+    finish = np.array([engine.output(i).finish for i in range(len(trace))])
+    return ServeResult(trace, n, first, finish, engine.stats)
+
+
+def rate_sweep(setup: ServingSetup, rates, configs: dict[str, EngineConfig], n: int = 1,
+               num_requests: int = 300, seed: int = 0,
+               stop_above: float | None = None) -> dict[str, tuple[list[float], list[float]]]:
+    """Normalized latency (s/token) against request rate (req/s) for each named engine config,
+    every config serving the same trace at each rate (``setup``'s lengths and step time):
+    ``{name: (rates, latencies)}``.  ``stop_above``: once a config's latency exceeds it (s/token),
+    its higher rates are skipped (past saturation latency only grows; this saves time).
+
+    Raises:
+        ConfigError: rates that are not increasing numbers > 0.
+    """
+    rates = [real("rate (req/s)", r, 0.0, low_open=True) for r in rates]
+    if any(b <= a for a, b in zip(rates, rates[1:])):
+        raise ConfigError(f"rates must increase, got {rates}")
+    step_time = setup.iteration_time()
+    out = {}
+    for name, config in configs.items():
+        xs, ys = [], []
+        for rate in rates:
+            trace = setup.trace(seed=seed, num_requests=num_requests, rate_per_s=rate)
+            xs.append(rate)
+            ys.append(serve_trace(trace, config, step_time, n).normalized_latency)
+            if stop_above is not None and ys[-1] > stop_above:
+                break
+        out[name] = (xs, ys)
+    return out
+
+
+def serve_static(trace: Trace, batch_size: int, iteration_time) -> ServeResult:
+    """The same trace with **static batching**, the way serving worked before iteration-level
+    scheduling (Orca, OSDI 2022): when no batch runs, up to ``batch_size`` waiting requests start
+    together (one prefill step for all of them), then decode in lockstep until the *longest* is
+    done; a request's answer is complete when its own last token is out, but nobody joins the batch
+    until every member has finished.  Memory is not modelled (an upper bound for static batching).
+
+    Raises:
+        ConfigError: a bad trace or batch size.
+    """
+    if not isinstance(trace, Trace):
+        raise ConfigError(f"trace must be a paged_kv.sim.Trace, got {type(trace).__name__}")
+    batch_size = count("batch_size", batch_size)
+    arr, P, O = trace.arrival_s.tolist(), trace.prompt_len.tolist(), trace.output_len.tolist()
+    first, finish = [math.nan] * len(arr), [math.nan] * len(arr)
+    stats, clock, nxt = EngineStats(), 0.0, 0
+    while nxt < len(arr):
+        clock = max(clock, arr[nxt])
+        batch = [i for i in range(nxt, len(arr)) if arr[i] <= clock][:batch_size]
+        nxt = batch[-1] + 1
+        clock += iteration_time(sum(P[i] for i in batch), sum(P[i] for i in batch))  # prefill + first token
+        stats.steps += 1
+        for i in batch:
+            first[i] = clock
+            if O[i] == 1:
+                finish[i] = clock
+        held = sum(P[i] + 1 for i in batch)
+        for k in range(2, max(O[i] for i in batch) + 1):
+            clock += iteration_time(held, 0)
+            held += len(batch)
+            stats.steps += 1
+            for i in batch:
+                if O[i] == k:
+                    finish[i] = clock
+    stats.clock_s = clock
+    stats.generated = int(sum(O))
+    return ServeResult(trace, 1, np.array(first), np.array(finish), stats)

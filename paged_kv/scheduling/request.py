@@ -1,0 +1,114 @@
+"""Requests and their sequences, as the scheduler sees them: token ids and progress, no tensors.
+
+A **request** is one prompt; it runs ``n`` **sequences** (its samples; ``n = 1`` usually), all
+starting from the prompt.  A sequence holds ``tokens`` (prompt + generated) and ``num_computed``,
+how many of them have their K/V in the cache.  The difference is what the next forward pass must
+run: the rest of the prompt (a prefill, possibly in chunks), or the one token sampled last (a
+decode step).  A sequence is sampled from only when everything it holds is computed, so a request
+preempted by recompute re-prefills prompt *and* generated tokens before it samples again.
+
+Follows vLLM v0's ``SequenceGroup``/``Sequence`` (a request of ``n`` sequences) and v1's
+``num_computed_tokens`` (one number tells prefill from decode).  Pure Python.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Hashable
+
+from ..errors import PromptError
+from ..validate import count
+
+__all__ = ["FINISHED", "RUNNING", "Request", "STATUSES", "SWAPPED", "Sequence", "WAITING"]
+
+WAITING, RUNNING, SWAPPED, FINISHED = "waiting", "running", "swapped", "finished"
+STATUSES = (WAITING, RUNNING, SWAPPED, FINISHED)
+
+
+@dataclass
+class Sequence:
+    """One sample of a request.
+
+    Attributes:
+        seq_id: its id in the block manager.
+        tokens: prompt + generated token ids.
+        prompt_len: tokens of the prompt.
+        num_computed: tokens whose K/V are in the cache (0 after a recompute preemption).
+        index: which of the request's ``n`` samples it is (its generator is seed + index).
+    """
+
+    seq_id: int
+    tokens: list[int]
+    prompt_len: int
+    num_computed: int = 0
+    index: int = 0
+
+    @property
+    def output(self) -> list[int]:
+        """The tokens generated so far."""
+        return self.tokens[self.prompt_len:]
+
+    @property
+    def num_generated(self) -> int:
+        """How many tokens it has generated (``len(output)`` without building the list)."""
+        return len(self.tokens) - self.prompt_len
+
+    @property
+    def num_pending(self) -> int:
+        """Tokens the next forward pass must run for this sequence (1 while decoding)."""
+        return len(self.tokens) - self.num_computed
+
+
+@dataclass
+class Request:
+    """One prompt and its ``n`` sequences.
+
+    Attributes:
+        request_id: the caller's id (any hashable, unique among live requests).
+        prompt: the prompt's token ids.
+        n: samples; ``max_tokens``: tokens each generates.
+        arrival: when it arrived (seconds on the engine's clock); ``order``: its arrival rank, the
+            FCFS key (and the preemption rule's: the latest arrival goes first).
+        seqs: its sequences; the first, the *leader*, prefills the prompt; the others are made
+            (and fork from it, sharing its blocks) once the prompt is computed.
+        forked: whether all its sequences hold blocks (``False`` until the leader's prompt is in,
+            and again after a preemption by recompute).
+        status: waiting, running, swapped or finished.
+        preemptions: times it was preempted.
+    """
+
+    request_id: Hashable
+    prompt: list[int]
+    n: int = 1
+    max_tokens: int = 16
+    arrival: float = 0.0
+    order: int = 0
+    seqs: list[Sequence] = field(default_factory=list)
+    status: str = WAITING
+    preemptions: int = 0
+    forked: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.prompt:
+            raise PromptError(f"request {self.request_id!r} has an empty prompt")
+        self.n = count("n", self.n, 1)
+        self.max_tokens = count("max_tokens", self.max_tokens, 1)
+
+    @property
+    def prompt_len(self) -> int:
+        return len(self.prompt)
+
+    @property
+    def finished(self) -> bool:
+        """Whether all ``n`` sequences have their ``max_tokens`` tokens."""
+        return len(self.seqs) == self.n and all(s.num_generated >= self.max_tokens for s in self.seqs)
+
+    @property
+    def outputs(self) -> list[list[int]]:
+        """The tokens each sample generated so far, in sample order."""
+        return [s.output for s in sorted(self.seqs, key=lambda s: s.index)]
+
+    def stored_tokens(self) -> int:
+        """Tokens each sequence holds in the cache at its end: prompt + max_tokens - 1 (the last
+        sampled token is returned, never fed back)."""
+        return self.prompt_len + self.max_tokens - 1

@@ -1,0 +1,192 @@
+"""The serving engine step by step: its queues and its block pools (chapter 7).
+
+Three panels, from the engine's :class:`~paged_kv.engine.StepRecord` list: the **queues**
+(waiting, running, swapped; one box per request, labelled with its progress), the **GPU block
+pool** (as chapter 5 draws it: colour = the sequence holding a block, pale = reserved but not yet
+written; sequences are named ``"<request>"`` and ``"<request>.<i>"`` for sample ``i``), and the
+**CPU swap pool**.  :func:`serving_figure` replays a run with plotly frames and a slider (the
+static book); :func:`refresh_serving_figure` redraws the last step in place (the live panel).
+
+:func:`latency_figure` and :func:`swap_figure` draw the chapter's measured curves.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from typing import Mapping, Sequence
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from .blocks import block_traces, seq_order
+from .controls import add_replay_controls, trace_indices
+from .palette import COLORS, FREE_COLOR, discrete_scale
+
+LANES = ("waiting", "running", "swapped")
+TRACE_NAMES = ("queues", "pool", "block labels", "cpu pool")
+PANEL_TITLES = ("<b>queues</b> (box: request, generated / max tokens)", "<b>GPU KV blocks</b> id ×ref count",
+                "<b>CPU swap blocks</b>")
+PER_LANE = 6     # request boxes per lane before "+k more"
+
+
+def _order(records: Sequence) -> list:
+    order = seq_order([r.pool for r in records])
+    for r in records:
+        for name in r.cpu:
+            if name is not None and name not in order:
+                order.append(name)
+    return order
+
+
+def _lane_trace(rec, order: Sequence) -> go.Scatter:
+    """One scatter: a square per request in its lane, coloured as its leader sequence."""
+    index = {s: k for k, s in enumerate(order)}
+    xs, ys, texts, colors, hovers = [], [], [], [], []
+    for lane, rows in zip(LANES, (rec.waiting, rec.running, rec.swapped)):
+        for i, (rid, gen, max_tokens, computed, prompt) in enumerate(rows):
+            if i == PER_LANE:
+                xs.append(i)
+                ys.append(lane)
+                texts.append(f"+{len(rows) - PER_LANE}")
+                colors.append("white")
+                hovers.append(f"{len(rows) - PER_LANE} more {lane}")
+                break
+            xs.append(i)
+            ys.append(lane)
+            texts.append(f"<b>{rid}</b> {gen}/{max_tokens}")
+            k = index.get(rid)
+            colors.append(COLORS[k % len(COLORS)] if k is not None else FREE_COLOR)
+            phase = (f"prompt {computed}/{prompt} computed" if computed < prompt else
+                     f"generated {gen} of {max_tokens}")
+            hovers.append(f"request {rid}: {lane}<br>{phase}")
+    return go.Scatter(x=xs, y=ys, text=texts, mode="markers+text", name="queues", customdata=hovers,
+                      hovertemplate="%{customdata}<extra></extra>", showlegend=False,
+                      marker=dict(symbol="square", size=16, color=colors, line=dict(color="#333", width=1)),
+                      textposition="middle right", textfont=dict(size=11))
+
+
+def _cpu_trace(rec, order: Sequence) -> go.Heatmap:
+    index = {s: k for k, s in enumerate(order)}
+    z = [[0 if name is None else 1 + index[name] for name in rec.cpu]] if rec.cpu else [[None]]
+    hover = [[f"CPU block {b}: " + ("free" if name is None else f"holds {name}'s K/V")
+              for b, name in enumerate(rec.cpu)]] if rec.cpu else [[""]]
+    text = [[str(b) for b in range(len(rec.cpu))]] if rec.cpu else [[""]]
+    colors = [FREE_COLOR] + [COLORS[k % len(COLORS)] for k in range(len(order))]
+    return go.Heatmap(z=z, text=text, customdata=hover, hovertemplate="%{customdata}<extra></extra>",
+                      texttemplate="%{text}", textfont=dict(size=10), name="cpu pool", showscale=False,
+                      colorscale=discrete_scale(colors), zmin=-0.5, zmax=len(colors) - 0.5, xgap=2, ygap=2)
+
+
+def _traces(rec, order: Sequence) -> list:
+    pool, labels, _tables = block_traces(rec.pool, order)
+    return [_lane_trace(rec, order), pool, labels, _cpu_trace(rec, order)]
+
+
+def _caption(rec) -> str:
+    used = rec.pool.used_blocks
+    text = "<br>".join(textwrap.wrap(f"step {rec.step} (clock {rec.clock_s * 1e3:.0f} ms): {rec.text}", 56))
+    return (f"{text}<br><sup>{used}/"
+            f"{rec.pool.num_blocks} GPU blocks used, {sum(c is not None for c in rec.cpu)}/{len(rec.cpu)} "
+            f"CPU blocks</sup>")
+
+
+def _layout(fig, rec, title: str) -> None:
+    head = f"{title}<br>" if title else ""
+    fig.update_layout(title=dict(text=head + _caption(rec), x=0.01, font=dict(size=13), yref="container", y=1,
+                                 yanchor="top", pad=dict(t=10)))
+
+
+def serving_figure(records: Sequence, title: str = "", active: int | None = None, replay: bool = True) -> go.Figure:
+    """Queues, GPU pool and CPU pool at ``records[active]`` (default: the last), with a slider over
+    all records when ``replay`` (frames work in a static page)."""
+    records = list(records)
+    active = len(records) - 1 if active is None else active
+    rec = records[active]
+    order = _order(records)
+    has_cpu = bool(rec.cpu)
+    fig = make_subplots(rows=3 if has_cpu else 2, cols=1, vertical_spacing=0.1,
+                        row_heights=[0.26, 0.6, 0.14] if has_cpu else [0.3, 0.7],
+                        subplot_titles=PANEL_TITLES if has_cpu else PANEL_TITLES[:2])
+    for note in fig.layout.annotations:
+        note.update(x=0, xanchor="left", align="left", font=dict(size=12))
+    traces = _traces(rec, order)
+    fig.add_trace(traces[0], row=1, col=1)
+    fig.add_trace(traces[1], row=2, col=1)
+    fig.add_trace(traces[2], row=2, col=1)
+    if has_cpu:
+        fig.add_trace(traces[3], row=3, col=1)
+    fig.update_xaxes(row=1, col=1, visible=False, range=[-0.3, PER_LANE + 0.7])
+    fig.update_yaxes(row=1, col=1, type="category", categoryorder="array", categoryarray=list(reversed(LANES)),
+                     range=[-0.6, 2.6], showgrid=False)
+    fig.update_xaxes(row=2, col=1, visible=False)
+    fig.update_yaxes(row=2, col=1, visible=False, autorange="reversed")
+    if has_cpu:
+        fig.update_xaxes(row=3, col=1, visible=False)
+        fig.update_yaxes(row=3, col=1, visible=False)
+    _layout(fig, rec, title)
+    rows = min(rec.pool.num_blocks, 16)
+    fig.update_layout(height=280 + 30 * rows + (70 if has_cpu else 0), margin=dict(l=20, r=20, t=130, b=70),
+                      plot_bgcolor="white", showlegend=False)
+    if replay and len(records) > 1:
+        names = TRACE_NAMES if has_cpu else TRACE_NAMES[:3]
+        idx = trace_indices(fig, names)
+        head = f"{title}<br>" if title else ""
+        fig.frames = [go.Frame(name=str(r.step), data=_traces(r, order)[:len(names)], traces=idx,
+                               layout=go.Layout(title_text=head + _caption(r))) for r in records]
+        steps = [dict(method="animate", label=str(r.step),
+                      args=[[str(r.step)], dict(mode="immediate", frame=dict(duration=0, redraw=True),
+                                                transition=dict(duration=0))]) for r in records]
+        add_replay_controls(fig, steps, active, currentvalue=dict(prefix="step ", xanchor="right"),
+                            frame_ms=800, slider=dict(x=0.08, len=0.9))
+    return fig
+
+
+def refresh_serving_figure(fig, records: Sequence, title: str = "") -> None:
+    """Redraw ``fig`` (from :func:`serving_figure` with ``replay=False``) in place at the last record."""
+    records = list(records)
+    order = _order(records)
+    with fig.batch_update():
+        _layout(fig, records[-1], title)
+        names = [n for n in TRACE_NAMES if trace_indices_safe(fig, n)]
+        new = dict(zip(TRACE_NAMES, _traces(records[-1], order)))
+        for name in names:
+            (i,) = trace_indices(fig, [name])
+            fig.data[i].update(new[name].to_plotly_json())
+
+
+def trace_indices_safe(fig, name: str) -> bool:
+    """Whether ``fig`` has a trace called ``name``."""
+    return any(t.name == name for t in fig.data)
+
+
+def latency_figure(curves: Mapping[str, tuple[Sequence[float], Sequence[float]]], title: str,
+                   threshold: float | None = None, y_max: float | None = None) -> go.Figure:
+    """Normalized latency (s/token) against request rate (req/s), one line per configuration (the
+    shape of the vLLM paper's Figure 12); ``threshold`` draws the capacity line."""
+    fig = go.Figure()
+    for k, (name, (x, y)) in enumerate(curves.items()):
+        fig.add_trace(go.Scatter(x=list(x), y=list(y), name=name, mode="lines+markers",
+                                 line=dict(color=COLORS[k % len(COLORS)])))
+    if threshold is not None:
+        fig.add_hline(y=threshold, line=dict(dash="dot", color="#777"),
+                      annotation_text=f"{threshold} s/token", annotation_position="top left")
+    fig.update_layout(title=dict(text=title, x=0.01, font=dict(size=14)), height=420,
+                      xaxis_title="request rate (req/s)", yaxis_title="normalized latency (s/token)",
+                      legend=dict(orientation="h", y=-0.25), margin=dict(l=60, r=20, t=70, b=90))
+    if y_max is not None:
+        fig.update_yaxes(range=[0, y_max])
+    return fig
+
+
+def swap_figure(block_sizes: Sequence[int], series: Mapping[str, Sequence[float]], title: str,
+                yaxis: str) -> go.Figure:
+    """One line per series against block size (log-2 axis): the shape of the paper's Figure 19."""
+    fig = go.Figure()
+    for k, (name, ys) in enumerate(series.items()):
+        fig.add_trace(go.Scatter(x=list(block_sizes), y=list(ys), name=name, mode="lines+markers",
+                                 line=dict(color=COLORS[k % len(COLORS)])))
+    fig.update_xaxes(type="log", tickvals=list(block_sizes), ticktext=[str(b) for b in block_sizes],
+                     title="block size (tokens)")
+    fig.update_layout(title=dict(text=title, x=0.01, font=dict(size=14)), height=400, yaxis_title=yaxis,
+                      legend=dict(orientation="h", y=-0.3), margin=dict(l=60, r=20, t=70, b=100))
+    return fig

@@ -1,0 +1,91 @@
+"""Chapter 7's figures and live panel: queues and pools replayed step by step, driven by clicks."""
+
+import plotly.graph_objects as go
+import pytest
+
+from paged_kv.engine import EngineConfig, LLMEngine
+from paged_kv.model import SamplingParams
+from paged_kv.viz.serving import (LANES, latency_figure, refresh_serving_figure, serving_figure,
+                                  swap_figure)
+from paged_kv.widgets.serving import serving_panel
+
+
+@pytest.fixture(scope="module")
+def run(small_model):
+    e = LLMEngine(small_model, EngineConfig(block_size=4, num_gpu_blocks=8, num_cpu_blocks=8, watermark=0.0,
+                                            max_num_batched_tokens=6, preemption_mode="swap"), record=True)
+    e.add_request([5, 6, 7, 8, 9, 10, 11], SamplingParams(max_tokens=10), "A")
+    e.add_request([1, 2, 3], SamplingParams(max_tokens=12, n=2, temperature=1.0, seed=0), "B")
+    while e.has_unfinished_requests():
+        e.step()
+    return e
+
+
+def test_records_follow_the_run(run):
+    recs = run.records
+    assert recs[0].step == 0 and recs[-1].step == run.stats.steps == len(recs) - 1
+    swapped = [r for r in recs if r.swapped]
+    assert swapped and all(any(c is not None for c in r.cpu) for r in swapped)
+    assert any("B.1" in r.pool.tables for r in recs)                       # samples are named
+    assert not recs[-1].running and recs[-1].pool.used_blocks == 0
+
+
+def test_figure_replays_every_step_with_its_queues(run):
+    fig = serving_figure(run.records, "t")
+    assert len(fig.frames) == len(run.records)
+    for frame, rec in zip(fig.frames, run.records):
+        lanes = frame.data[0]
+        assert sorted(lanes.y) == sorted(lane for lane, rows in zip(LANES, (rec.waiting, rec.running, rec.swapped))
+                                         for _ in rows[:7])
+        assert f"step {rec.step} " in frame.layout.title.text
+    assert {t.name for t in fig.data} == {"queues", "pool", "block labels", "cpu pool"}
+
+
+def test_refresh_redraws_in_place(run):
+    fig = go.Figure(serving_figure(run.records[:2], replay=False))
+    refresh_serving_figure(fig, run.records[:6])
+    assert "step 5 " in fig.layout.title.text
+    assert list(fig.data[0].y) == [lane for lane, rows in zip(LANES, (run.records[5].waiting, run.records[5].running,
+                                                                      run.records[5].swapped)) for _ in rows]
+
+
+def test_curve_figures():
+    fig = latency_figure({"a": ([1, 2], [0.1, 0.2]), "b": ([1], [0.3])}, "t", threshold=0.1)
+    assert [t.name for t in fig.data] == ["a", "b"]
+    fig = swap_figure([1, 4, 16], {"swap": [3, 2, 1]}, "t", "ms")
+    assert fig.layout.xaxis.type == "log" and list(fig.data[0].x) == [1, 4, 16]
+
+
+def test_panel_submit_step_preempt_and_refuse(small_model):
+    panel = serving_panel(small_model, None, EngineConfig(block_size=4, num_gpu_blocks=6, num_cpu_blocks=6,
+                                                          watermark=0.0), use_figure_widget=False)
+    engine = panel.engine
+    (prompt, max_tokens, n, submit), (step, run_all, which, preempt), mode, status, _ = (
+        list(panel.children[0].children), list(panel.children[1].children), *panel.children[2:])
+    engine.tokenizer = None
+    prompt.value = "\x05\x06\x07"                       # bytes 5, 6, 7: the small model's vocabulary
+    engine.tokenizer = _Bytes()
+    max_tokens.value = 5
+    submit.click()
+    assert "waiting" in status.value and len(engine.scheduler.waiting) == 1
+    step.click()
+    assert which.options == ("A",)
+    mode.value = "recompute"
+    preempt.click()
+    assert "preempted by recompute" in status.value and engine.scheduler.waiting[0].request_id == "A"
+    prompt.value = "\x01" * 30                          # 30 + 5 - 1 tokens: 9 blocks of 4 > 6
+    submit.click()
+    assert "never run" in status.value and len(engine.scheduler.waiting) == 1
+    run_all.click()
+    assert not engine.has_unfinished_requests() and len(engine.output("A").token_ids[0]) == 5
+    assert engine.records[-1].pool.used_blocks == 0
+
+
+class _Bytes:
+    """A byte tokenizer for the small random model's 256-token vocabulary."""
+
+    def encode(self, text):
+        return list(text.encode())
+
+    def decode(self, ids):
+        return bytes(ids).decode(errors="replace")
