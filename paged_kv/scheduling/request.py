@@ -25,7 +25,7 @@ WAITING, RUNNING, SWAPPED, FINISHED = "waiting", "running", "swapped", "finished
 STATUSES = (WAITING, RUNNING, SWAPPED, FINISHED)
 
 
-@dataclass
+@dataclass(slots=True)
 class Sequence:
     """One sample of a request.
 

@@ -13,6 +13,8 @@ order, and fills one step's **token budget** (``max_num_batched_tokens``):
    and the GPU pool can take their blocks back above the watermark;
 3. **waiting** requests, oldest first, admitted while :meth:`Scheduler.admission` says ``"now"``;
    a preempted request re-enters at the head (:func:`~paged_kv.scheduling.rules.requeue_preempted`).
+   While any request is swapped out, nobody new is admitted: the paper (§4.5) stops accepting new
+   requests until the swapped ones are back, as vLLM v0 does.
 
 **Admission** answers "now", "later" or "never" with one function, used both when a request is
 submitted (:meth:`Scheduler.add`: "never" raises :class:`~paged_kv.errors.AdmissionError`) and in
@@ -132,7 +134,7 @@ class Admission(NamedTuple):
     reason: str = ""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Chunk:
     """One sequence's share of a step: tokens ``start .. start + length - 1`` of it run now.
 
@@ -279,6 +281,9 @@ class Scheduler:
             return Admission("never", f"with chunked prefill off a prefill runs whole, and its "
                                       f"re-prefill after a preemption can reach {total} tokens > "
                                       f"max_num_batched_tokens {c.max_num_batched_tokens}")
+        if self.swapped and request.status != SWAPPED:
+            return Admission("later", f"{len(self.swapped)} preempted request(s) are swapped out: they "
+                                      f"come back before anyone new starts")
         num_running = self._num_running_seqs()
         if not may_admit(preempted_this_step, num_running + request.n - 1, c.max_num_seqs, 0, 0, 0, None):
             why = "a request was preempted in this step" if preempted_this_step else \

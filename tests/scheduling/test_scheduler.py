@@ -208,3 +208,23 @@ def test_reservation_holds_the_whole_request_up_front():
     assert sch.manager.num_free_blocks == 13
     with pytest.raises(AdmissionError, match="n = 1"):
         sch.add("b", [1] * 5, n=2, max_tokens=2)
+
+
+def test_nobody_new_starts_while_a_request_is_swapped_out():
+    """vLLM paper §4.5: with swapping, new requests wait until the swapped-out ones are back."""
+    sch = Scheduler(SchedulerConfig(num_gpu_blocks=16, block_size=4, watermark=0.0, preemption_mode="swap",
+                                    num_cpu_blocks=16))
+    sch.add("a", [1] * 4, max_tokens=6)
+    sch.add("b", [1] * 4, max_tokens=6)
+    out = sch.schedule()
+    sch.update(out, {c.seq_id: [2] for c in out.chunks if c.sample})
+    sch.preempt("b")
+    new = sch.add("c", [1] * 2, max_tokens=2)
+    verdict = sch.admission(new)
+    assert verdict.verdict == "later" and "swapped out" in verdict.reason
+    starts = []
+    while sch.has_unfinished:
+        out = sch.schedule()
+        starts += out.admitted
+        sch.update(out, {c.seq_id: [2] for c in out.chunks if c.sample})
+    assert starts.index("b") < starts.index("c")
