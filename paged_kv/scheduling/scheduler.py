@@ -320,7 +320,7 @@ class Scheduler:
                 kept.append(req)
                 continue
             while self._blocks_for(plan) > self.manager.num_free_blocks:
-                victim = preemption_victim(queue, key_order) if queue else req
+                victim = self.choose_victim(queue) if queue else req
                 if victim is not req:
                     queue.remove(victim)
                 self._preempt(victim, out)
@@ -396,10 +396,10 @@ class Scheduler:
                         req.seqs.append(child)
                     req.forked = True
                 seq.tokens.append(toks[0])
-            elif not req.forked and len(req.seqs) > 1 and seq is req.seqs[0] \
+            elif not req.forked and len(req.seqs) > 1 and seq is req.leader \
                     and seq.num_computed == req.prompt_len:
-                for child in req.seqs[1:]:        # resumed group: fork at the prompt's end
-                    if child.num_generated >= req.max_tokens:
+                for child in req.seqs:            # resumed group: fork at the prompt's end
+                    if child is seq or child.num_generated >= req.max_tokens:
                         continue                  # a finished sample needs no blocks again
                     self.manager.fork(seq.seq_id, child.seq_id)
                     child.num_computed = req.prompt_len
@@ -415,6 +415,13 @@ class Scheduler:
                 self.finished.append(req)
                 done.append(req)
         return done
+
+    def choose_victim(self, candidates: list[Request]) -> Request:
+        """The request to preempt among ``candidates``, the running requests not yet scheduled in this
+        step (all arrived after the one that needs the blocks).  The shared rule: the latest arrival
+        (:func:`~paged_kv.scheduling.rules.preemption_victim`, vLLM paper §4.5).  Override it to try
+        another rule (SGLang retracts the request with the fewest generated tokens first)."""
+        return preemption_victim(candidates, key_order)
 
     def preempt(self, request_id, mode: str | None = None) -> str:
         """Preempt a running request now, between steps (the live panel's button; tests), by
@@ -451,7 +458,7 @@ class Scheduler:
         self.manager.check()
         gpu, cpu = set(self.manager.seq_ids), set(self.manager.swapped_ids)
         want_gpu = {s.seq_id for r in self.running for s in r.seqs if s.num_generated < r.max_tokens
-                    and (r.forked or s is r.seqs[0])}
+                    and (r.forked or s is r.leader)}
         want_cpu = {s for r in self.swapped for s in self._block_holders(r)}
         if gpu != want_gpu or cpu != want_cpu:
             raise PagedKVError(f"block holders do not match the queues: GPU {sorted(gpu)} vs "
@@ -473,7 +480,7 @@ class Scheduler:
     def _prefill_target(self, req: Request) -> int:
         """Tokens the leader prefills before the group forks: the prompt for a group of samples
         (fresh or resumed), everything it holds for a lone sequence."""
-        leader = req.seqs[0] if req.seqs else None
+        leader = req.leader
         if leader is None or len(req.seqs) > 1 or req.n > 1:
             return req.prompt_len
         return len(leader.tokens)
@@ -484,7 +491,7 @@ class Scheduler:
         return blocks_needed(self._prefill_target(req), self.config.block_size)
 
     def _admit(self, req: Request) -> None:
-        leader = req.seqs[0]
+        leader = req.leader
         tokens = self._reserve_tokens(req) if self.config.reservation != "none" else self._prefill_target(req)
         self.manager.allocate(leader.seq_id, tokens)
         req.status = RUNNING
@@ -492,7 +499,7 @@ class Scheduler:
     def _block_holders(self, req: Request) -> list[int]:
         if req.forked:
             return [s.seq_id for s in req.seqs if s.seq_id in self.manager]
-        return [req.seqs[0].seq_id]
+        return [req.leader.seq_id]
 
     def _plan(self, req: Request, budget: int) -> list[tuple[Sequence, int]]:
         """``(sequence, tokens)`` to run for ``req`` within ``budget`` (nothing if none fit)."""
@@ -500,7 +507,7 @@ class Scheduler:
         if req.forked:                                   # every unfinished sample (finished ones are freed)
             seqs = [s for s in req.seqs if s.num_generated < req.max_tokens]
         else:
-            seqs = req.seqs[:1]
+            seqs = [req.leader]
         plan = []
         for seq in seqs:
             end = len(seq.tokens) if req.forked else self._prefill_target(req)
