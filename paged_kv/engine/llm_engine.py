@@ -295,35 +295,41 @@ class LLMEngine:
 
     # --- the loop -----------------------------------------------------------------------------
     def step(self) -> list[RequestOutput]:
-        """Run one step (schedule, run, update); returns the outputs of the requests that produced
-        tokens in it or finished, in arrival order.  An idle engine returns ``[]``."""
+        """Run one step; returns the outputs of the requests that produced tokens in it or finished,
+        in arrival order.  An idle engine returns ``[]``."""
         sch = self.scheduler
         if not sch.has_unfinished:
             return []
-        out = sch.schedule()
-        seconds, sampled = self.runner.execute(sch, out, self._params.__getitem__)
+        out = sch.schedule()                                        # 1. schedule: tokens, blocks
+        seconds, sampled = self.runner.execute(sch, out, self._params.__getitem__)   # 2-4. prepare, run, sample
+        self._account(out, seconds, sampled)                        # the clock; queues and pool as scheduled
+        done = sch.update(out, sampled)                             # 5. record the tokens, free the finished
+        return self._report(out, done)
+
+    def _account(self, out, seconds: float, sampled: dict) -> None:
+        sch, st = self.scheduler, self.stats
         self.clock += seconds
-        st = self.stats
         st.steps += 1
         st.clock_s = self.clock
         st.prompt_tokens += out.prefill_tokens
+        st.generated += sum(len(t) for t in sampled.values())
         st.kv_usage.append(1 - sch.manager.num_free_blocks / sch.config.num_gpu_blocks)
         st.running.append(len(sch.running))
         st.waiting.append(len(sch.waiting))
         st.swapped.append(len(sch.swapped))
-        done = sch.update(out, sampled)
         st.admitted.append(len(out.admitted))
-        st.finished.append(len(done))
         st.preempted_now.append(len(out.preempted))
         st.step_s.append(seconds)
-        if self.record:
-            self.records.append(self._step_record(_describe(out, done)))
+
+    def _report(self, out, done) -> list[RequestOutput]:
+        sch, st = self.scheduler, self.stats
+        st.finished.append(len(done))
         st.preemptions, st.recomputes, st.swaps = sch.num_preemptions, sch.num_recomputes, sch.num_swaps
         st.swapped_blocks = sch.num_swapped_blocks
-        st.generated += sum(len(t) for t in sampled.values())
-        touched = {c.request_id for c in out.chunks if c.sample}
+        if self.record:
+            self.records.append(self._step_record(_describe(out, done)))
         result = []
-        for rid in sorted(touched, key=lambda r: sch.requests[r].order):
+        for rid in sorted({c.request_id for c in out.chunks if c.sample}, key=lambda r: sch.requests[r].order):
             req, o = sch.requests[rid], self._outputs[rid]
             if math.isnan(o.first_token):
                 o.first_token = self.clock
@@ -408,7 +414,7 @@ class LLMEngine:
 
         def rows(queue):
             return tuple((str(r.request_id), max(s.num_generated for s in r.seqs), r.max_tokens,
-                          min(r.seqs[0].num_computed, r.prompt_len), r.prompt_len) for r in queue)
+                          min(r.leader.num_computed, r.prompt_len), r.prompt_len) for r in queue)
         return StepRecord(self.stats.steps, self.clock, pool, tuple(cpu), rows(sch.waiting), rows(sch.running),
                           rows(sch.swapped), text)
 

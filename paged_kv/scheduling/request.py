@@ -25,7 +25,7 @@ WAITING, RUNNING, SWAPPED, FINISHED = "waiting", "running", "swapped", "finished
 STATUSES = (WAITING, RUNNING, SWAPPED, FINISHED)
 
 
-@dataclass
+@dataclass(slots=True)
 class Sequence:
     """One sample of a request.
 
@@ -69,8 +69,9 @@ class Request:
         n: samples; ``max_tokens``: tokens each generates.
         arrival: when it arrived (seconds on the engine's clock); ``order``: its arrival rank, the
             FCFS key (and the preemption rule's: the latest arrival goes first).
-        seqs: its sequences; the first, the *leader*, prefills the prompt; the others are made
-            (and fork from it, sharing its blocks) once the prompt is computed.
+        seqs: its sequences; the *leader* (:attr:`leader`, the first one still generating) prefills
+            the prompt; the others are made (and fork from it, sharing its blocks) once the prompt
+            is computed.
         forked: whether all its sequences hold blocks (``False`` until the leader's prompt is in,
             and again after a preemption by recompute).
         status: waiting, running, swapped or finished.
@@ -102,6 +103,16 @@ class Request:
     def finished(self) -> bool:
         """Whether all ``n`` sequences have their ``max_tokens`` tokens."""
         return len(self.seqs) == self.n and all(s.num_generated >= self.max_tokens for s in self.seqs)
+
+    @property
+    def leader(self) -> Sequence | None:
+        """The sequence that prefills the prompt when the request is (re)admitted: the first sample
+        still generating (sample 0 unless it finished before a sibling, as a tight token budget can
+        make happen after a recompute); ``None`` before the request has sequences."""
+        for s in self.seqs:
+            if s.num_generated < self.max_tokens:
+                return s
+        return self.seqs[0] if self.seqs else None
 
     @property
     def outputs(self) -> list[list[int]]:

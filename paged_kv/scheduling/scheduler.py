@@ -13,6 +13,8 @@ order, and fills one step's **token budget** (``max_num_batched_tokens``):
    and the GPU pool can take their blocks back above the watermark;
 3. **waiting** requests, oldest first, admitted while :meth:`Scheduler.admission` says ``"now"``;
    a preempted request re-enters at the head (:func:`~paged_kv.scheduling.rules.requeue_preempted`).
+   While any request is swapped out, nobody new is admitted: the paper (§4.5) stops accepting new
+   requests until the swapped ones are back, as vLLM v0 does.
 
 **Admission** answers "now", "later" or "never" with one function, used both when a request is
 submitted (:meth:`Scheduler.add`: "never" raises :class:`~paged_kv.errors.AdmissionError`) and in
@@ -132,7 +134,7 @@ class Admission(NamedTuple):
     reason: str = ""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Chunk:
     """One sequence's share of a step: tokens ``start .. start + length - 1`` of it run now.
 
@@ -279,6 +281,9 @@ class Scheduler:
             return Admission("never", f"with chunked prefill off a prefill runs whole, and its "
                                       f"re-prefill after a preemption can reach {total} tokens > "
                                       f"max_num_batched_tokens {c.max_num_batched_tokens}")
+        if self.swapped and request.status != SWAPPED:
+            return Admission("later", f"{len(self.swapped)} preempted request(s) are swapped out: they "
+                                      f"come back before anyone new starts")
         num_running = self._num_running_seqs()
         if not may_admit(preempted_this_step, num_running + request.n - 1, c.max_num_seqs, 0, 0, 0, None):
             why = "a request was preempted in this step" if preempted_this_step else \
@@ -315,7 +320,7 @@ class Scheduler:
                 kept.append(req)
                 continue
             while self._blocks_for(plan) > self.manager.num_free_blocks:
-                victim = preemption_victim(queue, key_order) if queue else req
+                victim = self.choose_victim(queue) if queue else req
                 if victim is not req:
                     queue.remove(victim)
                 self._preempt(victim, out)
@@ -391,10 +396,10 @@ class Scheduler:
                         req.seqs.append(child)
                     req.forked = True
                 seq.tokens.append(toks[0])
-            elif not req.forked and len(req.seqs) > 1 and seq is req.seqs[0] \
+            elif not req.forked and len(req.seqs) > 1 and seq is req.leader \
                     and seq.num_computed == req.prompt_len:
-                for child in req.seqs[1:]:        # resumed group: fork at the prompt's end
-                    if child.num_generated >= req.max_tokens:
+                for child in req.seqs:            # resumed group: fork at the prompt's end
+                    if child is seq or child.num_generated >= req.max_tokens:
                         continue                  # a finished sample needs no blocks again
                     self.manager.fork(seq.seq_id, child.seq_id)
                     child.num_computed = req.prompt_len
@@ -410,6 +415,13 @@ class Scheduler:
                 self.finished.append(req)
                 done.append(req)
         return done
+
+    def choose_victim(self, candidates: list[Request]) -> Request:
+        """The request to preempt among ``candidates``, the running requests not yet scheduled in this
+        step (all arrived after the one that needs the blocks).  The shared rule: the latest arrival
+        (:func:`~paged_kv.scheduling.rules.preemption_victim`, vLLM paper §4.5).  Override it to try
+        another rule (SGLang retracts the request with the fewest generated tokens first)."""
+        return preemption_victim(candidates, key_order)
 
     def preempt(self, request_id, mode: str | None = None) -> str:
         """Preempt a running request now, between steps (the live panel's button; tests), by
@@ -446,7 +458,7 @@ class Scheduler:
         self.manager.check()
         gpu, cpu = set(self.manager.seq_ids), set(self.manager.swapped_ids)
         want_gpu = {s.seq_id for r in self.running for s in r.seqs if s.num_generated < r.max_tokens
-                    and (r.forked or s is r.seqs[0])}
+                    and (r.forked or s is r.leader)}
         want_cpu = {s for r in self.swapped for s in self._block_holders(r)}
         if gpu != want_gpu or cpu != want_cpu:
             raise PagedKVError(f"block holders do not match the queues: GPU {sorted(gpu)} vs "
@@ -468,7 +480,7 @@ class Scheduler:
     def _prefill_target(self, req: Request) -> int:
         """Tokens the leader prefills before the group forks: the prompt for a group of samples
         (fresh or resumed), everything it holds for a lone sequence."""
-        leader = req.seqs[0] if req.seqs else None
+        leader = req.leader
         if leader is None or len(req.seqs) > 1 or req.n > 1:
             return req.prompt_len
         return len(leader.tokens)
@@ -479,7 +491,7 @@ class Scheduler:
         return blocks_needed(self._prefill_target(req), self.config.block_size)
 
     def _admit(self, req: Request) -> None:
-        leader = req.seqs[0]
+        leader = req.leader
         tokens = self._reserve_tokens(req) if self.config.reservation != "none" else self._prefill_target(req)
         self.manager.allocate(leader.seq_id, tokens)
         req.status = RUNNING
@@ -487,7 +499,7 @@ class Scheduler:
     def _block_holders(self, req: Request) -> list[int]:
         if req.forked:
             return [s.seq_id for s in req.seqs if s.seq_id in self.manager]
-        return [req.seqs[0].seq_id]
+        return [req.leader.seq_id]
 
     def _plan(self, req: Request, budget: int) -> list[tuple[Sequence, int]]:
         """``(sequence, tokens)`` to run for ``req`` within ``budget`` (nothing if none fit)."""
@@ -495,7 +507,7 @@ class Scheduler:
         if req.forked:                                   # every unfinished sample (finished ones are freed)
             seqs = [s for s in req.seqs if s.num_generated < req.max_tokens]
         else:
-            seqs = req.seqs[:1]
+            seqs = [req.leader]
         plan = []
         for seq in seqs:
             end = len(seq.tokens) if req.forked else self._prefill_target(req)

@@ -149,6 +149,7 @@ def _serve(model, arrivals, **config):
     e = engine(model, **config)
     pending, ids, step = sorted(arrivals, key=lambda a: a[0]), [], 0
     while pending or e.has_unfinished_requests():
+        assert step < 5000, "the engine stopped making progress"
         while pending and pending[0][0] <= step:
             _, prompt, params = pending.pop(0)
             ids.append((e.add_request(prompt, params), prompt, params))
@@ -180,6 +181,31 @@ def test_nothing_is_lost_under_pressure(tiny, mode):
     m = e.scheduler.manager
     assert m.num_free_blocks == m.num_blocks and (m.cpu_allocator is None or m.cpu_allocator.num_free_blocks
                                                  == m.cpu_allocator.num_blocks)
+
+
+@pytest.mark.parametrize("mode", ["recompute", "swap"])
+def test_group_resumes_when_its_leader_finished_first(tiny, mode):
+    """A budget of 3 re-prefills sample 0 before sample 1 after a recompute, so sample 0 finishes
+    a step earlier; preempting the group then must resume it from sample 1 (it used to re-admit
+    the finished sample and stall) and still give the solo tokens."""
+    model, tok = tiny
+    prompt, params = tok.encode("Thou"), SamplingParams(max_tokens=6, n=2, temperature=0.9, seed=3)
+    e = engine(model, num_gpu_blocks=32, num_cpu_blocks=32, max_num_batched_tokens=3, preemption_mode=mode)
+    rid = e.add_request(prompt, params)
+    req = e.scheduler.requests[rid]
+    while min(s.num_generated for s in req.seqs) < 3:
+        e.step()
+    e.scheduler.preempt(rid, "recompute")
+    while req.seqs[0].num_generated < params.max_tokens:
+        e.step()
+    assert req.seqs[1].num_generated < params.max_tokens            # the leader finished first
+    assert e.scheduler.preempt(rid) == mode
+    for _ in range(100):
+        if not e.has_unfinished_requests():
+            break
+        e.step()
+        e.scheduler.check()
+    assert e.output(rid).token_ids == solo(model, prompt, params)
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,

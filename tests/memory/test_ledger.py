@@ -213,7 +213,9 @@ def test_formula_equals_paged_cache_allocation():
 
     cfg = ModelConfig()  # the tiny model's shape: 10 blocks of 16 token slots
     cache = PagedKVCache(cfg, num_blocks=10, block_size=16, dtype=torch.float16)
-    allocated = sum(t.untyped_storage().nbytes() for t in cache.k_cache + cache.v_cache)
+    # count each allocation once (k_cache and v_cache are single [L, NB, BS, Hkv, D] tensors)
+    storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in (cache.k_cache, cache.v_cache)}
+    allocated = sum(storages.values())
     assert cache.nbytes == allocated == 10 * 16 * kv_bytes_per_token(cfg) == kv_cache_bytes(cfg, 16, 10)
     # Llama-3-8B at full size on the meta device: 4,096 blocks of 16 tokens = 8 GiB in fp16
     big = ModelConfig(vocab_size=128256, hidden_size=4096, num_layers=32, num_heads=32, num_kv_heads=8,

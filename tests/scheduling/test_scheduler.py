@@ -208,3 +208,47 @@ def test_reservation_holds_the_whole_request_up_front():
     assert sch.manager.num_free_blocks == 13
     with pytest.raises(AdmissionError, match="n = 1"):
         sch.add("b", [1] * 5, n=2, max_tokens=2)
+
+
+def test_nobody_new_starts_while_a_request_is_swapped_out():
+    """vLLM paper §4.5: with swapping, new requests wait until the swapped-out ones are back."""
+    sch = Scheduler(SchedulerConfig(num_gpu_blocks=16, block_size=4, watermark=0.0, preemption_mode="swap",
+                                    num_cpu_blocks=16))
+    sch.add("a", [1] * 4, max_tokens=6)
+    sch.add("b", [1] * 4, max_tokens=6)
+    out = sch.schedule()
+    sch.update(out, {c.seq_id: [2] for c in out.chunks if c.sample})
+    sch.preempt("b")
+    new = sch.add("c", [1] * 2, max_tokens=2)
+    verdict = sch.admission(new)
+    assert verdict.verdict == "later" and "swapped out" in verdict.reason
+    starts = []
+    while sch.has_unfinished:
+        out = sch.schedule()
+        starts += out.admitted
+        sch.update(out, {c.seq_id: [2] for c in out.chunks if c.sample})
+    assert starts.index("b") < starts.index("c")
+
+
+@pytest.mark.parametrize("mode", ["recompute", "swap"])
+def test_group_whose_leader_finished_first_resumes_after_preemption(mode):
+    """A tight budget re-prefills one sample before the other, so the leader (sample 0) finishes a
+    step before its sibling; preempted then, the group must resume from the unfinished sample."""
+    sch = Scheduler(SchedulerConfig(num_gpu_blocks=32, block_size=4, watermark=0.0, max_num_batched_tokens=3,
+                                    preemption_mode=mode, num_cpu_blocks=32))
+    req = sch.add("g", [1] * 3, n=2, max_tokens=4)
+    for _ in range(2):                                  # the prompt (forks 2 samples); one decode
+        out = sch.schedule()
+        sch.update(out, {c.seq_id: [5] * c.fork for c in out.chunks if c.sample})
+    assert [s.num_generated for s in req.seqs] == [2, 2]
+    sch.preempt("g", "recompute")                       # uneven re-prefill: the leader gets ahead
+    while req.seqs[0].num_generated < 4:
+        out = sch.schedule()
+        sch.update(out, {c.seq_id: [5] * c.fork for c in out.chunks if c.sample})
+        sch.check()
+    assert req.seqs[1].num_generated < 4 and req.seqs[0].seq_id not in sch.manager
+    assert sch.preempt("g") == mode
+    sch.check()
+    outs = run(sch, steps=50)
+    assert all(s.num_generated == 4 for s in req.seqs) and len(outs) < 50
+    assert sch.manager.num_free_blocks == 32
