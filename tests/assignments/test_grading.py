@@ -65,6 +65,16 @@ MISTAKES = {
          "return needed + sum(min(h, self.allocator.ref_count(b) - 1) for b, h in appenders.items())",
          "return needed + sum(appenders.values())", {"step_tests", "step_hidden"}),
     ],
+    "a6_scheduling": [
+        ("the partial last prompt block counted as shared",
+         "shared = prompt_len // block_size if n > 1 else 0", "shared = -(-prompt_len // block_size) if n > 1 else 0",
+         {"group_blocks_tests", "group_blocks_hidden"}),
+        ("a request behind a blocked head admitted (overtaking)",
+         "            break                                       # head-of-line blocking: nobody overtakes\n",
+         "            continue\n", {"admit_tests", "admit_hidden"}),
+        ("the earliest arrival preempted", "latest = max(key(r) for r in running)",
+         "latest = min(key(r) for r in running)", {"victim_tests", "victim_hidden"}),
+    ],
 }
 # Submissions delivered through an LMS export (Canvas names), collected by `nbgrader zip_collect`.
 LMS_FILES = {   # file name: (student id, what it holds)

@@ -37,8 +37,9 @@ def nbgrader_cells(nb):
     return [c for c in nb.cells if "nbgrader" in c.metadata]
 
 
-def test_there_are_five_assignments_in_order():
-    assert NAMES == ["a1_decoding", "a2_kv_ledger", "a3_blocks", "a4_paged_kernel", "a5_copy_on_write"]
+def test_there_are_six_assignments_in_order():
+    assert NAMES == ["a1_decoding", "a2_kv_ledger", "a3_blocks", "a4_paged_kernel", "a5_copy_on_write",
+                     "a6_scheduling"]
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -149,6 +150,40 @@ def test_the_package_passes_the_copy_on_write_tests(capsys):
     from paged_kv import blocks
     ran = run_with("a5_copy_on_write", {"cow_manager": {"CowManager": blocks.BlockSpaceManager}})
     assert "step_hidden" in ran
+    assert capsys.readouterr().out.count("hidden cases of") == 3
+
+
+def package_admit(waiting, free_blocks, block_size, watermark_blocks, preempted_this_step=False):
+    """Task 2 of a6_scheduling answered by the package's own ``Scheduler``: a pool with
+    ``free_blocks`` free (64 more held by another sequence, so no prompt is refused as "never"),
+    the watermark fraction that rounds to ``watermark_blocks``, a token budget that fits every
+    prompt; the requests it admits in one step."""
+    from paged_kv.errors import PagedKVError
+    from paged_kv.scheduling import Scheduler, SchedulerConfig
+
+    held = 64
+    pool = free_blocks + held
+    s = Scheduler(SchedulerConfig(num_gpu_blocks=pool, block_size=block_size, watermark=(watermark_blocks + 0.5) / pool,
+                                  max_num_batched_tokens=sum(waiting) + 1))
+    assert s.config.watermark_blocks == watermark_blocks
+    s.manager.allocate(10**9, held * block_size)
+    for i, p in enumerate(waiting):
+        s.add(i, list(range(p)), max_tokens=1)
+    if not waiting or (preempted_this_step and s.admission(s.waiting[0], preempted_this_step=True).verdict != "now"):
+        return 0
+    try:
+        return len(s.schedule().admitted)
+    except PagedKVError as e:   # the head waits and nothing runs (the held blocks belong to no request)
+        assert "nothing can run" in str(e)
+        return 0
+
+
+def test_the_package_passes_the_scheduling_tests(capsys):
+    from paged_kv import scheduling
+    ran = run_with("a6_scheduling", {"group_blocks": {"group_blocks_needed": scheduling.group_blocks_needed},
+                                     "admit": {"admit": package_admit},
+                                     "victim": {"preemption_victim": scheduling.preemption_victim}})
+    assert "victim_hidden" in ran
     assert capsys.readouterr().out.count("hidden cases of") == 3
 
 
