@@ -107,6 +107,9 @@ class RequestOutput:
         arrival, first_token, finish: clock times (s) it arrived, produced its first token, finished
             (``nan`` until then).
         preemptions: times it was preempted.
+        last_token: clock time (s) of its latest token; max_itl: the longest wait between two of
+            its consecutive tokens (s; inter-token latency, ITL, as vLLM's metrics call it), where a
+            preemption shows as one long stall.
         token_ids: (property) per sample, the tokens generated so far; ``text``: the same decoded
             (``None`` without a tokenizer).
     """
@@ -120,6 +123,8 @@ class RequestOutput:
     first_token: float = math.nan
     finish: float = math.nan
     preemptions: int = 0
+    last_token: float = math.nan
+    max_itl: float = 0.0
 
     @property
     def token_ids(self) -> list[list[int]]:
@@ -333,6 +338,9 @@ class LLMEngine:
             req, o = sch.requests[rid], self._outputs[rid]
             if math.isnan(o.first_token):
                 o.first_token = self.clock
+            else:
+                o.max_itl = max(o.max_itl, self.clock - o.last_token)
+            o.last_token = self.clock
             o.preemptions = req.preemptions
             if req.finished:
                 o.finished, o.finish = True, self.clock

@@ -280,3 +280,23 @@ def test_triton_backend_gives_the_same_tokens(small_model):
                                                   max_num_batched_tokens=4)).generate(prompts, params)
            for b in ("torch", "triton")}
     assert [o.token_ids for o in out["torch"]] == [o.token_ids for o in out["triton"]]
+
+
+def test_a_preemption_shows_as_one_long_inter_token_gap():
+    """Constant 10 ms steps, no model, 3 blocks of 4: alone, every gap is one step (max ITL = TPOT);
+    a request preempted by recompute waits for blocks, so its longest gap spans the wait."""
+    step = 0.010
+    e = LLMEngine(None, EngineConfig(block_size=4, num_gpu_blocks=3, watermark=0.0), iteration_time=lambda kv, pf: step)
+    a = e.add_request([1] * 3, SamplingParams(max_tokens=6))
+    b = e.add_request([2] * 3, SamplingParams(max_tokens=6))
+    for _ in range(2):
+        e.step()                                    # each holds 1 block and has 2 tokens
+    e.scheduler.preempt(b)
+    while e.has_unfinished_requests():
+        e.step()
+    oa, ob = e.output(a), e.output(b)
+    assert math.isclose(oa.max_itl, step) and math.isclose(oa.tpot, step)
+    # by hand: a grows to 2 blocks at step 3 and finishes at step 6 (tokens 3-6), leaving 1 free block
+    # until then; b needs 2 blocks for its 5 tokens, so it re-prefills and samples token 3 at step 7:
+    # 5 steps after its token 2
+    assert math.isclose(ob.max_itl, 5 * step) and ob.tpot < ob.max_itl
