@@ -11,12 +11,13 @@ STAMP  := $(VENV)/.installed
 TORCH_SPEC ?= torch==2.13.0
 JB_FLAGS ?= --all -W -n --keep-going
 
-.PHONY: help install assets book test test-fast sync bench train clean
+.PHONY: help install assets book test test-fast sync assignments bench train clean
 
 help:
 	@echo "make book   build _build/html/index.html (all chapters executed, warnings are errors)"
 	@echo "make test   run the test suite (kernels in the Triton interpreter, book build, browser)"
 	@echo "make sync   regenerate the Colab notebooks book/*.ipynb from the MyST sources book/*.md"
+	@echo "make assignments  build the graded assignments' nbgrader sources and their release (assignments/)"
 	@echo "make bench  python -m kernels.bench"
 	@echo "make train  retrain the bundled tiny model (needs ../shared/data/tinyshakespeare.txt)"
 
@@ -56,6 +57,11 @@ test-fast: $(STAMP)
 
 sync: $(STAMP)
 	$(BIN)/jupytext --to ipynb --update-metadata '{"jupytext": null}' book/*.md
+
+# The graded assignments: assignments/source/*/*.md -> nbgrader source notebooks -> release/
+# (nbgrader generate_assignment). See the book's teacher guide.
+assignments: $(STAMP)
+	$(BIN)/python assignments/course.py release
 
 bench: $(STAMP)
 	$(BIN)/python -m kernels.bench

@@ -1,0 +1,339 @@
+"""The paged-kv course: build the nbgrader sources, release them, and grade one student at a time.
+
+Run from anywhere (the course directory is this file's folder); ``make assignments`` runs
+``release``.  Commands:
+
+* ``python assignments/course.py build``: each ``source/<a>/<a>.md`` (MyST, the reviewable text)
+  becomes ``source/<a>/<a>.ipynb``, the nbgrader source notebook, with the shared grading helpers
+  (``helpers.py``) copied into its locked ``helpers`` cell;
+* ``python assignments/course.py release``: ``build``, then ``nbgrader generate_assignment`` for
+  every assignment: ``release/<a>/<a>.ipynb`` (solutions replaced by stubs, hidden tests removed),
+  the notebooks students open on Colab;
+* ``python assignments/course.py grade <a> [--student ID ...]``: for every submission in
+  ``submitted/<student>/<a>/``, one at a time: check it (:func:`precheck`), autograde it in its own
+  nbgrader run (a broken notebook fails alone), and print one line per student.  Exits 1 when a
+  submission could not be graded, after grading all the others.
+
+The nbgrader settings (interpreter switch, timeouts, zip_collect's file-name pattern, feedback
+without hidden tests) live in ``nbgrader_config.py``; the book's teacher guide explains them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import jupytext
+import nbformat
+
+COURSE = Path(__file__).resolve().parent
+HELPERS_ID = "helpers"
+# Defaults of the nbgrader cell metadata the MyST sources leave out (schema version 3).
+NBGRADER_DEFAULTS = {"grade": False, "locked": False, "schema_version": 3, "solution": False, "task": False}
+
+
+def assignment_names(root: Path = COURSE) -> list[str]:
+    """The assignments, in order: the folders of ``source/`` that hold ``<name>/<name>.md``."""
+    return sorted(p.parent.name for p in (root / "source").glob("*/*.md") if p.stem == p.parent.name)
+
+
+# --------------------------------------------------------------------------------------------------
+# Building the nbgrader sources from the MyST text
+# --------------------------------------------------------------------------------------------------
+def build_notebook(md_path: Path, helpers: str) -> nbformat.NotebookNode:
+    """The nbgrader source notebook of one MyST source: nbgrader metadata completed with its
+    defaults, the ``helpers`` cell filled with ``helpers``, stable cell ids, no jupytext metadata."""
+    nb = jupytext.read(md_path)
+    nb.metadata.pop("jupytext", None)
+    ids = Counter()
+    for index, cell in enumerate(nb.cells):
+        meta = cell.metadata.get("nbgrader")
+        cell.id = meta["grade_id"] if meta else f"cell-{index}"   # stable ids: rebuilding changes nothing
+        if meta is None:
+            continue
+        cell.metadata["nbgrader"] = {**NBGRADER_DEFAULTS, **meta}
+        ids[meta["grade_id"]] += 1
+        if meta.get("grade") and "points" not in meta:
+            raise ValueError(f"{md_path.name}: graded cell {meta['grade_id']!r} has no points")
+        if meta["grade_id"] == HELPERS_ID:
+            cell.source = helpers.rstrip("\n")
+    twice = [i for i, n in ids.items() if n > 1]
+    if twice or ids[HELPERS_ID] != 1:
+        raise ValueError(f"{md_path.name}: grade ids used twice {twice}, or no single {HELPERS_ID!r} cell")
+    return nb
+
+
+def build(root: Path = COURSE) -> list[Path]:
+    """Write ``source/<a>/<a>.ipynb`` for every assignment; returns their paths."""
+    helpers = (COURSE / "helpers.py").read_text()
+    written = []
+    for name in assignment_names(root):
+        nb = build_notebook(root / "source" / name / f"{name}.md", helpers)
+        path = root / "source" / name / f"{name}.ipynb"
+        nbformat.write(nb, path)
+        written.append(path)
+    return written
+
+
+@dataclass
+class TaskInfo:
+    """One graded task: its name (as its tests print it) and the points of its test cells."""
+
+    name: str
+    visible: float = 0.0
+    hidden: float = 0.0
+
+
+@dataclass
+class AssignmentInfo:
+    """What the teacher guide shows of one assignment (from its source's metadata and cells)."""
+
+    name: str
+    title: str
+    chapters: str
+    minutes: int
+    goals: list
+    tasks: list
+
+    @property
+    def points(self) -> float:
+        return sum(t.visible + t.hidden for t in self.tasks)
+
+
+def summary(root: Path = COURSE) -> list[AssignmentInfo]:
+    """Every assignment's title, chapters, expected minutes, learning goals and tasks with their
+    points, read from the sources (a task is the test cells that check the same ``Task`` name)."""
+    helpers = (COURSE / "helpers.py").read_text()
+    out = []
+    for name in assignment_names(root):
+        nb = build_notebook(root / "source" / name / f"{name}.md", helpers)
+        info, tasks = nb.metadata["assignment"], {}
+        for cell in nb.cells:
+            meta = cell.metadata.get("nbgrader", {})
+            found = re.search(r'Task\("([^"]+)"', cell.source)
+            if meta.get("grade") and found:
+                task = tasks.setdefault(found.group(1), TaskInfo(found.group(1)))
+                if "BEGIN HIDDEN TESTS" in cell.source:
+                    task.hidden += meta["points"]
+                else:
+                    task.visible += meta["points"]
+        out.append(AssignmentInfo(name, info["title"], str(info["chapters"]), int(info["minutes"]),
+                                  list(info["goals"]), list(tasks.values())))
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# nbgrader
+# --------------------------------------------------------------------------------------------------
+def load_config(root: Path = COURSE):
+    """The course's nbgrader configuration (``root/nbgrader_config.py``), as nbgrader reads it."""
+    from traitlets.config.loader import PyFileConfigLoader
+
+    config = PyFileConfigLoader("nbgrader_config.py", path=str(root)).load_config()
+    config.CourseDirectory.root = str(root)
+    return config
+
+
+def nbgrader_api(root: Path = COURSE):
+    """nbgrader's Python API on the course in ``root``, configured by ``root/nbgrader_config.py``."""
+    from nbgrader.apps import NbGraderAPI
+    from nbgrader.coursedir import CourseDirectory
+
+    # nbgrader creates a gradebook by running the `alembic` script that sits beside this Python,
+    # which is not on PATH when the venv's python is called directly (as make does).
+    scripts = str(Path(sys.executable).parent)
+    if scripts not in os.environ.get("PATH", "").split(os.pathsep):
+        os.environ["PATH"] = scripts + os.pathsep + os.environ.get("PATH", "")
+    config = load_config(root)
+    return NbGraderAPI(coursedir=CourseDirectory(config=config), config=config)
+
+
+def release(root: Path = COURSE) -> list[Path]:
+    """``build``, then ``nbgrader generate_assignment`` for each assignment; the release notebooks."""
+    build(root)
+    api = nbgrader_api(root)
+    out = []
+    for name in assignment_names(root):
+        result = api.generate_assignment(name, force=True, create=True)
+        if not result["success"]:
+            raise RuntimeError(f"nbgrader generate_assignment {name} failed:\n{result.get('error', '')}"
+                               f"\n{result.get('log', '')}")
+        out.append(root / "release" / name / f"{name}.ipynb")
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# Checking and grading submissions
+# --------------------------------------------------------------------------------------------------
+@dataclass
+class Problem:
+    """Something about a submission a teacher should know.  ``blocking``: it is not autograded."""
+
+    kind: str
+    message: str
+    blocking: bool = False
+
+
+def _nbgrader_cells(nb) -> list:
+    return [c for c in nb.cells if c.get("metadata", {}).get("nbgrader", {}).get("grade_id")]
+
+
+def _without_hidden_tests(source: str) -> str:
+    """A test cell's source as released: the ``### BEGIN/END HIDDEN TESTS`` region taken out."""
+    return re.sub(r"[ \t]*### BEGIN HIDDEN TESTS.*?### END HIDDEN TESTS[ \t]*\n?", "", source, flags=re.S).rstrip()
+
+
+def precheck(nb, released) -> tuple[list[Problem], bool]:
+    """What nbgrader would do silently or fail on, for one submitted notebook ``nb`` (a notebook
+    node, repaired in place where it can be); ``released`` is the released notebook.  Returns the
+    problems and whether ``nb`` was changed.
+
+    * answer cells without their nbgrader metadata (a tool stripped it, or the cells were deleted):
+      nbgrader scores such a notebook 0 without a word (with ``add_missing_cells`` it aborts), so
+      it is blocking and reported;
+    * a cell id present twice (a copied cell): nbgrader 0.9 means to keep the last copy, but
+      aborts the notebook instead (its ``DeduplicateIds`` leaves an empty ``nbgrader`` entry that
+      ``add_missing_cells`` cannot read), so the earlier copies are made ordinary cells here;
+    * test cells deleted: nbgrader adds them back (``add_missing_cells``); reported;
+    * a locked cell edited: nbgrader restores it before running; reported.
+    """
+    from nbgrader.utils import is_grade, is_locked, is_solution
+
+    reference = {c.metadata.nbgrader["grade_id"]: c for c in _nbgrader_cells(released)}
+    cells = _nbgrader_cells(nb)
+    seen = Counter(c.metadata.nbgrader["grade_id"] for c in cells)
+    problems, changed = [], False
+    answers = [i for i, c in reference.items() if is_solution(c)]
+    lost = [i for i in answers if i not in seen]
+    if lost:
+        problems.append(Problem(
+            "metadata stripped", f"{len(lost)} of {len(answers)} answer cells have no nbgrader metadata "
+            f"({', '.join(lost)}); {len(cells)} of {len(reference)} nbgrader cells are left. nbgrader would "
+            "score this notebook 0 without a word, so it was not autograded: restore the metadata (e.g. paste "
+            "the answers into a fresh copy of the release) and grade again", True))
+    for grade_id, n in sorted(seen.items()):
+        if n > 1:
+            copies = [c for c in cells if c.metadata.nbgrader["grade_id"] == grade_id]
+            for c in copies[:-1]:
+                del c.metadata["nbgrader"]
+            changed = True
+            problems.append(Problem("duplicate cell", f"cell {grade_id!r} appears {n} times (a copied cell): the "
+                                    "last copy is graded, the earlier ones were made ordinary cells (nbgrader "
+                                    "would have aborted this notebook)"))
+    deleted = [i for i, c in reference.items() if is_grade(c) and not is_solution(c) and i not in seen]
+    if deleted and not lost:
+        problems.append(Problem("tests deleted", f"test cells deleted: {', '.join(deleted)}; nbgrader adds them back"))
+    for c in _nbgrader_cells(nb):
+        ref = reference.get(c.metadata.nbgrader["grade_id"])
+        if ref is not None and is_locked(ref) and _without_hidden_tests(c.source) != ref.source.rstrip():
+            problems.append(Problem("locked cell edited", f"locked cell {ref.metadata.nbgrader['grade_id']!r} "
+                                    "was edited; nbgrader restores it before grading"))
+    return problems, changed
+
+
+@dataclass
+class Result:
+    """One student's grading: ``status`` is ``graded``, ``not graded`` (a blocking problem) or
+    ``failed`` (nbgrader raised); ``scores`` maps each graded cell to ``(score, max_score)``."""
+
+    student: str
+    status: str
+    score: float = 0.0
+    max_score: float = 0.0
+    scores: dict = field(default_factory=dict)
+    problems: list = field(default_factory=list)
+    error: str = ""
+
+
+def cell_scores(root: Path, assignment: str, student: str) -> dict:
+    """``{grade_id: (score, max_score)}`` of one autograded submission, from the gradebook."""
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
+        submission = gb.find_submission(assignment, student)
+        return {g.name: (float(g.score), float(g.max_score)) for nb in submission.notebooks for g in nb.grades}
+
+
+def grade(assignment: str, root: Path = COURSE, students: list[str] | None = None) -> list[Result]:
+    """Check and autograde every submission of ``assignment`` (or only ``students``), one at a time;
+    logs go to ``logs/<assignment>/<student>.log``."""
+    api = nbgrader_api(root)
+    reference = nbformat.read(root / "release" / assignment / f"{assignment}.ipynb", as_version=4)
+    submitted = sorted(p.parent.parent.name for p in (root / "submitted").glob(f"*/{assignment}/{assignment}.ipynb"))
+    logs = root / "logs" / assignment
+    logs.mkdir(parents=True, exist_ok=True)
+    results = []
+    for student in students or submitted:
+        if student not in submitted:
+            results.append(Result(student, "not graded", problems=[Problem(
+                "missing", f"no submitted/{student}/{assignment}/{assignment}.ipynb", True)]))
+            continue
+        path = root / "submitted" / student / assignment / f"{assignment}.ipynb"
+        try:
+            nb = nbformat.read(path, as_version=4)
+        except Exception as e:  # not JSON, or not a notebook
+            results.append(Result(student, "not graded", problems=[Problem(
+                "unreadable", f"{path.name} is not a readable notebook ({type(e).__name__}: {e})", True)]))
+            continue
+        problems, changed = precheck(nb, reference)
+        if changed:   # keep what the student handed in; grade the repaired copy
+            (logs / f"{student}.submitted.ipynb").write_bytes(path.read_bytes())
+            nbformat.write(nb, path)
+        if any(p.blocking for p in problems):
+            results.append(Result(student, "not graded", problems=problems))
+            continue
+        out = api.autograde(assignment, student, force=True, create=True)
+        (logs / f"{student}.log").write_text(out.get("log", "") + out.get("error", ""))
+        if not out["success"]:
+            last = [line for line in out.get("error", "").strip().splitlines() if line.strip()][-1:]
+            results.append(Result(student, "failed", problems=problems, error=last[0] if last else "error"))
+            continue
+        scores = cell_scores(root, assignment, student)
+        results.append(Result(student, "graded", sum(s for s, _ in scores.values()),
+                              sum(m for _, m in scores.values()), scores, problems))
+    return results
+
+
+def report(assignment: str, results: list[Result]) -> str:
+    """One line per student, then what to look at."""
+    lines = [f"{assignment}: {len(results)} submissions"]
+    for r in results:
+        score = f"{r.score:g} / {r.max_score:g}" if r.status == "graded" else r.status.upper()
+        lines.append(f"  {r.student:<24} {score}")
+        lines += [f"      {p.kind}: {p.message}" for p in r.problems]
+        if r.error:
+            lines.append(f"      nbgrader failed: {r.error} (see logs/{assignment}/{r.student}.log)")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("build", help="MyST sources -> nbgrader source notebooks")
+    sub.add_parser("release", help="build, then nbgrader generate_assignment for every assignment")
+    g = sub.add_parser("grade", help="check and autograde every submission, one student at a time")
+    g.add_argument("assignment", choices=assignment_names())
+    g.add_argument("--student", action="append", help="only this student (repeatable)")
+    args = parser.parse_args(argv)
+    if args.command == "build":
+        for path in build():
+            print(f"wrote {path.relative_to(COURSE.parent)}")
+    elif args.command == "release":
+        for path in release():
+            print(f"released {path.relative_to(COURSE.parent)}")
+    else:
+        results = grade(args.assignment, students=args.student)
+        print(report(args.assignment, results))
+        print("Next: nbgrader export (grades.csv), nbgrader generate_feedback "
+              f"{args.assignment} (feedback/<student>/{args.assignment}/)")
+        return 0 if all(r.status == "graded" for r in results) else 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,315 @@
+"""The graded assignments through nbgrader, as a teacher runs them (``make assignments``, then
+``nbgrader zip_collect``, ``course.py grade``, ``nbgrader export``, ``nbgrader generate_feedback``).
+
+One course directory is built from the sources in a temporary folder; every scenario is one
+student, and each assignment is graded once by ``course.grade`` (one nbgrader run per student).
+The scenarios: each solved source (full marks), each stub release (zero), the typical mistakes
+planted into a solved source (they lose exactly their task's points), a submission whose test
+cells were deleted, one whose answer cell was duplicated, one whose metadata was stripped, and an
+LMS export with Colab's "Copy of" names.  Then the released notebooks run top to bottom as on
+Colab: no nbgrader, only the package.
+"""
+
+import copy
+import os
+import shutil
+import subprocess
+import sys
+import time
+import zipfile
+
+import nbformat
+import pytest
+
+from conftest import ROOT
+
+sys.path.insert(0, str(ROOT / "assignments"))
+import course  # noqa: E402
+
+pytestmark = pytest.mark.assignments
+MARKER = "PKV-HIDDEN-TEST-7Q3X"
+ARTIFACTS = ROOT / "tests" / "_artifacts"
+
+# The typical mistakes, planted into a solved source: (name, what the solution says, the mistake,
+# the test cells (grade ids) it must fail: all of one task's cells, and nothing else).
+MISTAKES = {
+    "a1_decoding": [
+        ("decode metadata built before the new token is counted",
+         "        lens = lens + 1                                       # the new token counts\n"
+         "        logits = model(nxt[:, None], AttentionMetadata.for_decode(lens), cache)        # [B, 1, V]\n",
+         "        logits = model(nxt[:, None], AttentionMetadata.for_decode(lens), cache)        # [B, 1, V]\n"
+         "        lens = lens + 1\n",
+         {"cached_loop_tests", "cached_loop_hidden"}),
+    ],
+    "a2_kv_ledger": [
+        ("MLA counted twice, as if it cached K and V",
+         "return spec.num_layers * (spec.kv_lora_rank + spec.qk_rope_head_dim) * size",
+         "return 2 * spec.num_layers * (spec.kv_lora_rank + spec.qk_rope_head_dim) * size",
+         {"mla_bytes_tests", "mla_bytes_hidden"}),
+    ],
+    "a3_blocks": [
+        ("n // block_size + 1 blocks", "return -(-num_tokens // block_size)",
+         "return num_tokens // block_size + 1", {"blocks_needed_tests", "blocks_needed_hidden"}),
+        ("a block freed while still shared",
+         "        if self.refs[block_id] == 0:\n            self.free_blocks.append(block_id)\n",
+         "        self.free_blocks.append(block_id)\n", {"ref_count_tests", "ref_count_hidden"}),
+    ],
+    "a4_paged_kernel": [
+        ("the logical block index instead of block_table[i]",
+         "block = tl.load(BlockTables + b * stride_bt + i)", "block = i", {"block_table_tests", "block_table_hidden"}),
+        ("KV head = q_head % num_kv_heads", "kv_head = h // (H // HKV)", "kv_head = h % HKV",
+         {"gqa_tests", "gqa_hidden"}),
+    ],
+    "a5_copy_on_write": [
+        ("a copy for every holder that appends",
+         "return needed + sum(min(h, self.allocator.ref_count(b) - 1) for b, h in appenders.items())",
+         "return needed + sum(appenders.values())", {"step_tests", "step_hidden"}),
+    ],
+    "a6_scheduling": [
+        ("the partial last prompt block counted as shared",
+         "shared = prompt_len // block_size if n > 1 else 0", "shared = -(-prompt_len // block_size) if n > 1 else 0",
+         {"group_blocks_tests", "group_blocks_hidden"}),
+        ("a request behind a blocked head admitted (overtaking)",
+         "            break                                       # head-of-line blocking: nobody overtakes\n",
+         "            continue\n", {"admit_tests", "admit_hidden"}),
+        ("the earliest arrival preempted", "latest = max(key(r) for r in running)",
+         "latest = min(key(r) for r in running)", {"victim_tests", "victim_hidden"}),
+    ],
+}
+# Submissions delivered through an LMS export (Canvas names), collected by `nbgrader zip_collect`.
+LMS_FILES = {   # file name: (student id, what it holds)
+    "doejane_1001_5001_Copy of a3_blocks.ipynb": ("1001", "n // block_size + 1 blocks"),
+    "roejohn_LATE_1002_5002_Copy_of_a3_blocks (1).ipynb": ("1002", "a block freed while still shared"),
+    "poeanne_1003_5003_a3_blocks-1.ipynb": ("1003", "duplicated answer cell, deleted test cells"),
+}
+
+
+def cells_by_id(nb):
+    return {c.metadata.nbgrader["grade_id"]: c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id")}
+
+
+def plant(nb, old, new):
+    nb = copy.deepcopy(nb)
+    hits = [c for c in nb.cells if old in c.source]
+    assert len(hits) == 1, f"the solution line {old!r} is not in exactly one cell"
+    hits[0].source = hits[0].source.replace(old, new)
+    return nb
+
+
+def duplicated_answer_deleted_tests(nb):
+    """A student copied the blocks_needed cell and left a wrong attempt in the first copy, and
+    deleted three test cells."""
+    nb = copy.deepcopy(nb)
+    nb.cells = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") not in
+                ("blocks_needed_tests", "blocks_needed_hidden", "ref_count_tests")]
+    i = next(k for k, c in enumerate(nb.cells) if c.metadata.get("nbgrader", {}).get("grade_id") == "blocks_needed")
+    first = copy.deepcopy(nb.cells[i])
+    first.id, first.source = "a-copy", "def blocks_needed(num_tokens, block_size):\n    return num_tokens // block_size"
+    nb.cells.insert(i, first)
+    return nb
+
+
+@pytest.fixture(scope="module")
+def course_dir(tmp_path_factory):
+    """A course built from the sources, every scenario submitted, every assignment graded."""
+    root = tmp_path_factory.mktemp("course")
+    shutil.copy(ROOT / "assignments" / "nbgrader_config.py", root)
+    shutil.copytree(ROOT / "assignments" / "source", root / "source", ignore=shutil.ignore_patterns("*.ipynb"))
+    timings = {}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("OMP_NUM_THREADS", "1")   # one notebook at a time: no thread oversubscription on 2 cores
+        start = time.perf_counter()
+        course.release(root)
+        timings["release"] = time.perf_counter() - start
+        names = course.assignment_names(root)
+        solved = {a: nbformat.read(root / "source" / a / f"{a}.ipynb", as_version=4) for a in names}
+        expected = {}
+
+        def submit(a, student, nb, failing):
+            (root / "submitted" / student / a).mkdir(parents=True)
+            nbformat.write(nb, root / "submitted" / student / a / f"{a}.ipynb")
+            expected[a, student] = failing
+
+        for a in names:
+            graded = {i for i, c in cells_by_id(solved[a]).items() if c.metadata.nbgrader["grade"]}
+            submit(a, "solved", solved[a], set())
+            submit(a, "stub", nbformat.read(root / "release" / a / f"{a}.ipynb", as_version=4), graded)
+            for k, (name, old, new, failing) in enumerate(MISTAKES[a]):
+                if a != "a3_blocks":
+                    submit(a, f"mistake-{k + 1}", plant(solved[a], old, new), failing)
+        a3 = solved["a3_blocks"]
+        stripped = copy.deepcopy(a3)
+        for c in stripped.cells:
+            c.metadata = {}
+        submit("a3_blocks", "stripped", stripped, None)
+
+        # An LMS export: Colab's "Copy of" names, a late one, a resubmission, a file that is no notebook.
+        archive = root / "downloaded" / "a3_blocks" / "archive"
+        archive.mkdir(parents=True)
+        mistakes = {name: (old, new, failing) for name, old, new, failing in MISTAKES["a3_blocks"]}
+        with zipfile.ZipFile(archive / "submissions.zip", "w") as z:
+            for filename, (student, what) in LMS_FILES.items():
+                planted = what in mistakes
+                nb = plant(a3, *mistakes[what][:2]) if planted else duplicated_answer_deleted_tests(a3)
+                z.writestr(filename, nbformat.writes(nb))
+                expected["a3_blocks", student] = mistakes[what][2] if planted else set()
+            z.writestr("poeanne_1003_5003_notes.txt", "not a notebook")
+        start = time.perf_counter()
+        collect = subprocess.run([os.path.join(os.path.dirname(sys.executable), "nbgrader"), "zip_collect",
+                                  "a3_blocks"], cwd=root, capture_output=True, text=True, timeout=600)
+        timings["zip_collect"] = time.perf_counter() - start
+        assert collect.returncode == 0, collect.stderr[-3000:]
+
+        results = {}
+        for a in names:
+            start = time.perf_counter()
+            results[a] = {r.student: r for r in course.grade(a, root)}
+            timings[f"grade {a}"] = time.perf_counter() - start
+    yield {"root": root, "names": names, "results": results, "expected": expected, "timings": timings,
+           "collect_log": collect.stdout + collect.stderr}
+    write_score_table(names, results, timings)
+
+
+def write_score_table(names, results, timings):
+    """The score table of the closing note (tests/_artifacts/assignment_scores.md)."""
+    lines = ["| assignment | solved | stub | planted mistake | score |", "|---|---|---|---|---|"]
+    for a in names:
+        r = results[a]
+        total = lambda s: f"{r[s].score:g} / {r[s].max_score:g}" if r[s].status == "graded" else r[s].status  # noqa: E731
+        planted = [(name, f"mistake-{k + 1}") for k, (name, *_) in enumerate(MISTAKES[a])]
+        if a == "a3_blocks":   # delivered through the LMS export
+            names = {m[0] for m in MISTAKES[a]}
+            planted = [(what, student) for student, what in LMS_FILES.values() if what in names]
+        for i, (name, student) in enumerate(planted):
+            first = i == 0
+            lines.append(f"| {a if first else ''} | {total('solved') if first else ''} | "
+                         f"{total('stub') if first else ''} | {name} | {total(student)} |")
+    lines.append("")
+    lines += [f"- {k}: {v:.0f} s" for k, v in timings.items()]
+    ARTIFACTS.mkdir(exist_ok=True)
+    (ARTIFACTS / "assignment_scores.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+def lost(result):
+    """The graded cells that scored less than their points."""
+    return {i for i, (score, points) in result.scores.items() if score < points}
+
+
+def test_release_matches_the_committed_one(course_dir):
+    for a in course_dir["names"]:
+        fresh = (course_dir["root"] / "release" / a / f"{a}.ipynb").read_text()
+        committed = (ROOT / "assignments" / "release" / a / f"{a}.ipynb").read_text()
+        assert fresh == committed, f"assignments/release/{a} is out of date: run `make assignments`"
+
+
+def test_every_scenario_scores_as_expected(course_dir):
+    """Solved: full marks. Stub: zero on every test cell. A planted mistake: exactly its task's
+    test cells lost, every other cell full marks.  Deleted tests restored; a duplicated cell graded."""
+    for (a, student), failing in course_dir["expected"].items():
+        r = course_dir["results"][a][student]
+        if failing is None:
+            continue
+        assert r.status == "graded", (a, student, r.status, r.error, [p.message for p in r.problems])
+        assert lost(r) == failing, (a, student, r.scores)
+        assert all(score == 0 for i, (score, _) in r.scores.items() if i in failing), (a, student, r.scores)
+        assert r.max_score == sum(points for _, points in r.scores.values()) > 0
+
+
+def test_each_solved_source_scores_full_marks(course_dir):
+    for a in course_dir["names"]:
+        r = course_dir["results"][a]["solved"]
+        assert r.status == "graded" and r.score == r.max_score > 0, (a, r)
+
+
+def test_each_stub_release_scores_zero(course_dir):
+    for a in course_dir["names"]:
+        r = course_dir["results"][a]["stub"]
+        assert r.status == "graded" and r.score == 0 and r.max_score > 0, (a, r)
+
+
+def test_each_planted_mistake_is_graded(course_dir):
+    planted = {(a, s) for (a, s), failing in course_dir["expected"].items() if failing}
+    assert len(planted) >= sum(len(m) for m in MISTAKES.values()) + len(course_dir["names"])  # + the stubs
+
+
+def test_deleted_test_cells_come_back(course_dir):
+    r = course_dir["results"]["a3_blocks"]["1003"]
+    assert r.status == "graded" and r.score == r.max_score
+    assert {"blocks_needed_tests", "blocks_needed_hidden", "ref_count_tests"} <= set(r.scores)
+    assert "tests deleted" in [p.kind for p in r.problems]
+
+
+def test_stripped_metadata_is_reported_not_zeroed(course_dir):
+    r = course_dir["results"]["a3_blocks"]["stripped"]
+    assert r.status == "not graded" and [p.kind for p in r.problems] == ["metadata stripped"]
+    assert "0 without a word" in r.problems[0].message
+    assert "NOT GRADED" in course.report("a3_blocks", [r])
+
+
+def test_duplicated_answer_cell_is_graded_and_reported(course_dir):
+    r = course_dir["results"]["a3_blocks"]["1003"]
+    assert r.status == "graded" and r.score == r.max_score
+    assert [p.kind for p in r.problems] == ["duplicate cell", "tests deleted"]
+    kept = course_dir["root"] / "logs" / "a3_blocks" / "1003.submitted.ipynb"
+    assert kept.is_file(), "the notebook as handed in is kept"
+
+
+def test_zip_collect_tolerates_copy_of_names(course_dir):
+    root = course_dir["root"]
+    for student in ("1001", "1002", "1003"):
+        assert (root / "submitted" / student / "a3_blocks" / "a3_blocks.ipynb").is_file(), course_dir["collect_log"]
+    assert not list((root / "submitted").glob("*/a3_blocks/Copy*"))
+    assert "notes.txt" not in "".join(p.name for p in (root / "submitted").rglob("*"))
+
+
+def test_grades_export_and_feedback_without_hidden_tests(course_dir):
+    from nbgrader.api import Gradebook
+    from nbgrader.plugins.export import CsvExportPlugin
+
+    root = course_dir["root"]
+    out = root / "grades.csv"
+    with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
+        CsvExportPlugin(to=str(out)).export(gb)        # what `nbgrader export` runs
+    rows = out.read_text().splitlines()
+    assert rows[0].startswith("assignment,duedate,timestamp,student_id")
+    assert any(r.startswith("a3_blocks,") and ",1001," in r for r in rows)
+
+    api = course.nbgrader_api(root)
+    result = api.generate_feedback("a3_blocks", "1001")
+    assert result["success"], result.get("error")
+    html = (root / "feedback" / "1001" / "a3_blocks" / "a3_blocks.html").read_text()
+    assert MARKER not in html and "BEGIN HIDDEN TESTS" not in html, "hidden test code reached the feedback"
+    assert "hidden cases failed" in html and "exactly one block" in html   # the failing cases, named
+    assert "blocks_needed(16, 16)" not in html
+
+
+def test_released_notebooks_run_as_on_colab(tmp_path):
+    """Each released notebook, top to bottom, in a kernel where nbgrader cannot be imported:
+    every cell but the visible tests runs; each visible test fails on the stubs with a message
+    that says what to do."""
+    from nbclient import NotebookClient
+
+    shim = tmp_path / "no_nbgrader" / "nbgrader"
+    shim.mkdir(parents=True)
+    (shim / "__init__.py").write_text("raise ImportError('nbgrader is not installed (as on Colab)')\n")
+    env = {"PYTHONPATH": str(shim.parent), "OMP_NUM_THREADS": "1"}
+    for a in course.assignment_names():
+        nb = nbformat.read(ROOT / "assignments" / "release" / a / f"{a}.ipynb", as_version=4)
+        with pytest.MonkeyPatch.context() as mp:
+            for k, v in env.items():
+                mp.setenv(k, v)
+            NotebookClient(nb, kernel_name="python3", timeout=300, allow_errors=True,
+                           resources={"metadata": {"path": str(tmp_path)}}).execute()
+        for c in nb.cells:
+            if c.cell_type != "code":
+                continue
+            meta = c.metadata.get("nbgrader", {})
+            errors = [o for o in c.outputs if o.output_type == "error"]
+            visible = meta.get("grade") and "Hidden tests" not in c.source
+            if visible:
+                assert errors, f"{a}: {meta['grade_id']} passed on the stubs"
+                assert "is not written yet: replace `raise NotImplementedError()`" in errors[0].evalue, \
+                    f"{a}: {meta['grade_id']}: {errors[0].ename}: {errors[0].evalue}"
+            elif not meta.get("solution"):
+                assert not errors, f"{a}: cell {meta.get('grade_id', c.id)} failed: {errors[0].evalue if errors else ''}"
