@@ -22,7 +22,7 @@ from typing import Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .controls import add_replay_controls, trace_indices
+from .controls import add_replay_controls, frame_steps, trace_indices
 from .palette import COLORS, FREE_COLOR, discrete_scale, tint
 
 # Subplot titles of blocks_figure: two short lines each, anchored at the left edge of their own
@@ -197,9 +197,7 @@ def blocks_figure(snapshots: Sequence, title: str = "", active: int | None = Non
         traces = trace_indices(fig, TRACE_NAMES)   # the order block_traces returns them in
         fig.frames = [go.Frame(name=str(s.step), data=block_traces(s, order, max_logical), traces=traces,
                                layout=go.Layout(title_text=head + _caption(s))) for s in snapshots]
-        steps = [dict(method="animate", label=str(s.step),
-                      args=[[str(s.step)], dict(mode="immediate", frame=dict(duration=0, redraw=True),
-                                                transition=dict(duration=0))]) for s in snapshots]
+        steps = frame_steps([str(s.step) for s in snapshots])
         add_replay_controls(fig, steps, active, currentvalue=dict(prefix="step ", xanchor="right"),
                             frame_ms=900, slider=dict(x=0.08, len=0.9))
     return fig

@@ -17,7 +17,7 @@ import plotly.graph_objects as go
 
 from ..errors import ConfigError
 
-__all__ = ["add_replay_controls", "layout_path", "trace_indices"]
+__all__ = ["add_replay_controls", "frame_steps", "layout_path", "trace_indices"]
 
 
 def layout_path(fig: go.Figure, kind: str, name: str, prop: str) -> str:
@@ -48,6 +48,14 @@ def trace_indices(fig: go.Figure, names: Sequence[str]) -> list[int]:
             raise ConfigError(f"expected one trace named {name!r}, found {len(hits)}")
         out.append(hits[0])
     return out
+
+
+def frame_steps(frames: Sequence[str], labels: Sequence[str] | None = None) -> list[dict]:
+    """Slider steps that jump (no transition) to each named frame; ``labels`` default to the names."""
+    labels = frames if labels is None else labels
+    return [dict(method="animate", label=str(label),
+                 args=[[name], dict(mode="immediate", frame=dict(duration=0, redraw=True), transition=dict(duration=0))])
+            for name, label in zip(frames, labels)]
 
 
 def add_replay_controls(fig: go.Figure, steps: list, active: int, currentvalue: dict,

@@ -21,7 +21,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from ..errors import ConfigError
-from .controls import add_replay_controls, trace_indices
+from .controls import add_replay_controls, frame_steps, trace_indices
 from .palette import COLORS, FREE_COLOR, discrete_scale, tint
 
 CATEGORY_LABELS = {"token_states": "token states", "reserved": "reserved (future tokens)",
@@ -133,9 +133,7 @@ def strip_figure(runs: Mapping[str, Sequence], title: str = "", max_bins: int = 
         strip = trace_indices(fig, [STRIP_TRACE])
         fig.frames = [go.Frame(name=str(i), data=[go.Heatmap(z=_strip_z(runs, i, bin_slots))], traces=strip,
                                layout=go.Layout(title_text=_strip_caption(runs, i, title))) for i in range(n)]
-        steps = [dict(method="animate", label=f"{first[i].time_s:.0f}",
-                      args=[[str(i)], dict(mode="immediate", frame=dict(duration=0, redraw=True),
-                                           transition=dict(duration=0))]) for i in range(n)]
+        steps = frame_steps([str(i) for i in range(n)], [f"{first[i].time_s:.0f}" for i in range(n)])
         add_replay_controls(fig, steps, active, currentvalue=dict(prefix="t (s) = "), frame_ms=400,
                             slider=dict(pad=dict(t=40, l=60)), pad_top=40)
     return fig

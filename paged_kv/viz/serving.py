@@ -19,7 +19,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from .blocks import block_traces, seq_order
-from .controls import add_replay_controls, trace_indices
+from .controls import add_replay_controls, frame_steps, trace_indices
 from .palette import COLORS, FREE_COLOR, discrete_scale
 
 LANES = ("waiting", "running", "swapped")
@@ -133,9 +133,7 @@ def serving_figure(records: Sequence, title: str = "", active: int | None = None
         head = f"{title}<br>" if title else ""
         fig.frames = [go.Frame(name=str(r.step), data=_traces(r, order)[:len(names)], traces=idx,
                                layout=go.Layout(title_text=head + _caption(r))) for r in records]
-        steps = [dict(method="animate", label=str(r.step),
-                      args=[[str(r.step)], dict(mode="immediate", frame=dict(duration=0, redraw=True),
-                                                transition=dict(duration=0))]) for r in records]
+        steps = frame_steps([str(r.step) for r in records])
         add_replay_controls(fig, steps, active, currentvalue=dict(prefix="step ", xanchor="right"),
                             frame_ms=800, slider=dict(x=0.08, len=0.9))
     return fig

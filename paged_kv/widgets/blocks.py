@@ -13,11 +13,10 @@ import ipywidgets as w
 from IPython.display import display
 
 from ..engine import LiveRequests
-from ..errors import PagedKVError
 from ..model import SamplingParams, load_tiny_model
 from ..viz.blocks import blocks_figure, refresh_blocks_figure
 from ..viz.sharing import refresh_sharing_figure, sharing_figure
-from .panel import figure_widget_or_output
+from .panel import button_action, figure_widget_or_output, status_html
 
 __all__ = ["block_panel"]
 
@@ -62,15 +61,10 @@ def block_panel(model=None, tokenizer=None, num_blocks: int = 24, block_size: in
                 display(draw(live.history.snapshots, title=title, replay=False))
         which.options = live.running
         texts = "<br>".join(f"<b>{s}</b>: {live.text(s)!r}" for s in live.running) if model is not None else ""
-        status.value = (f"<span style='color:#c00'>{note}</span><br>" if note else "") + texts
+        status.value = status_html(note, texts)
 
     def act(fn):
-        def handler(_):
-            try:
-                redraw(fn() or "")
-            except PagedKVError as e:          # e.g. OutOfBlocksError: show it, change nothing
-                redraw(str(e))
-        return handler
+        return button_action(fn, redraw)
 
     def finish_selected():
         if which.value is None:

@@ -8,9 +8,10 @@ import ipywidgets as w
 import plotly.graph_objects as go
 from IPython.display import Markdown, display
 
+from ..errors import PagedKVError
 from ..viz import is_static_build
 
-__all__ = ["figure_widget_or_output", "show_live"]
+__all__ = ["button_action", "figure_widget_or_output", "show_live", "status_html"]
 
 
 def figure_widget_or_output(fig, use_figure_widget: bool | None = None):
@@ -45,3 +46,20 @@ def show_live(panel, what: str = "This panel") -> bool:
         return False
     display(panel() if callable(panel) else panel)
     return True
+
+
+def button_action(fn, redraw):
+    """A button's ``on_click`` handler: run ``fn()`` and ``redraw`` the panel with the note it
+    returns; a refusal of ours (a :class:`~paged_kv.errors.PagedKVError`, e.g. no free block or an
+    inadmissible request) is shown as the note instead, and changes nothing."""
+    def handler(_):
+        try:
+            redraw(fn() or "")
+        except PagedKVError as e:
+            redraw(str(e))
+    return handler
+
+
+def status_html(note: str, texts: str) -> str:
+    """A panel's status line: the note in red (if any) above the requests' texts."""
+    return (f"<span style='color:#c00'>{note}</span><br>" if note else "") + texts

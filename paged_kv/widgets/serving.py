@@ -16,7 +16,7 @@ from ..engine import EngineConfig, LLMEngine
 from ..errors import PagedKVError
 from ..model import SamplingParams, load_tiny_model
 from ..viz.serving import refresh_serving_figure, serving_figure
-from .panel import figure_widget_or_output
+from .panel import button_action, figure_widget_or_output, status_html
 
 __all__ = ["serving_panel"]
 
@@ -61,15 +61,10 @@ def serving_panel(model=None, tokenizer=None, config: EngineConfig | None = None
         if which.options:                        # keep the selection, or pick the first running request
             which.value = keep if keep in which.options else which.options[0]
         texts = "<br>".join(f"<b>{o.request_id}</b>: {t!r}" for o in engine.outputs() for t in (o.text or []))
-        status.value = (f"<span style='color:#c00'>{note}</span><br>" if note else "") + texts
+        status.value = status_html(note, texts)
 
     def act(fn):
-        def handler(_):
-            try:
-                redraw(fn() or "")
-            except PagedKVError as e:          # e.g. AdmissionError: show it, change nothing
-                redraw(str(e))
-        return handler
+        return button_action(fn, redraw)
 
     def submit():
         k = int(n.value)
