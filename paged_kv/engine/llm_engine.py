@@ -18,6 +18,7 @@ wall clock with the tiny model, the modelled clock with :class:`~paged_kv.engine
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass, field
 from typing import Hashable, Sequence
 
@@ -30,7 +31,7 @@ from ..scheduling import Scheduler, SchedulerConfig
 from ..scheduling.request import Request
 from ..scheduling.scheduler import MAX_NUM_BATCHED_TOKENS
 from ..storage.paged_cache import KV_DTYPE_NAMES
-from ..validate import count
+from ..validate import count, real
 from .runner import ModelRunner, TimingRunner
 
 __all__ = ["EngineConfig", "EngineStats", "LLMEngine", "RequestOutput", "StepRecord"]
@@ -267,18 +268,19 @@ class LLMEngine:
     def add_request(self, prompt, params: SamplingParams | None = None, request_id: Hashable | None = None,
                     arrival: float | None = None) -> Hashable:
         """Queue a request; returns its id.  ``prompt``: text (needs the tokenizer) or token ids.
-        ``arrival``: its arrival time on the engine's clock (default: now).
+        ``arrival``: its arrival time on the engine's clock (default: now; never later than now, since
+        it is queued now).
 
         Raises:
+            ConfigError: ``params`` not a SamplingParams; ``arrival`` not a finite number <= the
+                clock; ``request_id`` not hashable.
             AdmissionError: it could never run on this engine's pool (the reason is in the message:
                 e.g. prompt + max_tokens - 1 stored tokens need more blocks than the pool has); or
                 its id is in use.  Nothing is queued and nothing is preempted.
             PromptError: an empty prompt, text without a tokenizer, a token id outside the vocabulary,
                 or a prompt + max_tokens longer than the model's ``max_seq_len``.
         """
-        params = params or SamplingParams()
-        if not isinstance(params, SamplingParams):
-            raise ConfigError(f"params must be a SamplingParams, got {params!r}")
+        params = _check_params(params)
         ids = self._encode(prompt)
         if self.model is not None and len(ids) + params.max_tokens > self.model.cfg.max_seq_len:
             raise PromptError(f"prompt {len(ids)} + max_tokens {params.max_tokens} tokens exceed the "
@@ -287,7 +289,8 @@ class LLMEngine:
             while self._next_id in self._outputs:
                 self._next_id += 1
             request_id = self._next_id
-        arrival = self.clock if arrival is None else float(arrival)
+        arrival = self.clock if arrival is None else real(
+            f"arrival (s on the engine's clock, now {self.clock:g})", arrival, high=self.clock)
         req = self.scheduler.add(request_id, ids, params.n, params.max_tokens, arrival)
         self._params[request_id] = params
         self._outputs[request_id] = RequestOutput(request_id, prompt, req,
@@ -356,12 +359,20 @@ class LLMEngine:
 
         Raises:
             AdmissionError: a prompt that could never run (checked for all before any runs).
+            PromptError: ``prompts`` neither text, token ids, nor a list of those.
+            ConfigError: ``params`` neither a SamplingParams nor a list of them, one per prompt.
         """
-        single = isinstance(prompts, str) or (isinstance(prompts, (list, tuple)) and prompts
-                                               and isinstance(prompts[0], int))
+        if hasattr(prompts, "ndim") and getattr(prompts, "ndim") == 1:     # a tensor or array of token ids
+            prompts = [int(t) for t in prompts]
+        if not isinstance(prompts, (str, list, tuple)):
+            raise PromptError(f"prompts must be text, token ids, or a list of those; got {prompts!r:.80}")
+        single = isinstance(prompts, str) or (bool(prompts) and isinstance(prompts[0], numbers.Integral))
         prompts = [prompts] if single else list(prompts)
         if params is None or isinstance(params, SamplingParams):
             params = [params or SamplingParams()] * len(prompts)
+        if not isinstance(params, (list, tuple)):
+            raise ConfigError(f"params must be a SamplingParams or a list of them, got {params!r:.80}")
+        params = [_check_params(sp) for sp in params]
         if len(params) != len(prompts):
             raise ConfigError(f"{len(params)} SamplingParams for {len(prompts)} prompts")
         for p, sp in zip(prompts, params):                 # refuse before anything is queued
@@ -382,7 +393,7 @@ class LLMEngine:
     def check_admissible(self, prompt, params: SamplingParams | None = None) -> None:
         """Raise :class:`AdmissionError` (with the reason) if ``prompt`` could never run here;
         the same check :meth:`add_request` makes."""
-        params = params or SamplingParams()
+        params = _check_params(params)
         verdict = self.scheduler.admission(Request("?", self._encode(prompt), params.n, params.max_tokens))
         if verdict.verdict == "never":
             raise AdmissionError(f"prompt of {len(self._encode(prompt))} tokens can never run: {verdict.reason}")
@@ -471,3 +482,11 @@ def _describe(out, done) -> str:
     if done:
         parts.append("finished " + ", ".join(str(r.request_id) for r in done))
     return "; ".join(parts) or "nothing to do"
+
+
+def _check_params(params) -> SamplingParams:
+    """``params`` (``None``: the defaults) as a SamplingParams, or ConfigError naming it."""
+    params = SamplingParams() if params is None else params
+    if not isinstance(params, SamplingParams):
+        raise ConfigError(f"params must be a SamplingParams, got {params!r:.80}")
+    return params

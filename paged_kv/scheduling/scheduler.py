@@ -236,6 +236,10 @@ class Scheduler:
                 or ``request_id`` is already live; nothing is queued.
             PromptError / ConfigError: an empty prompt, ``n`` or ``max_tokens`` not an int >= 1.
         """
+        try:
+            hash(request_id)
+        except TypeError:
+            raise ConfigError(f"request_id must be hashable (a str or an int, say), got {request_id!r}") from None
         if request_id in self.requests and self.requests[request_id].status != FINISHED:
             raise AdmissionError(f"request id {request_id!r} is already in use")
         req = Request(request_id, list(prompt), n, max_tokens, arrival, self._next_order)
@@ -252,7 +256,8 @@ class Scheduler:
                   budget_left: int | None = None) -> Admission:
         """May ``request`` start (or resume) now?  One function for the submit check and the step.
 
-        "never": it cannot finish even alone: ``P + max_tokens - 1`` stored tokens per sample
+        "never": it cannot finish even alone: more samples than ``max_num_seqs``, or
+        ``P + max_tokens - 1`` stored tokens per sample
         (:func:`group_blocks_needed`) exceed the pool, or its prefill exceeds the pool less the
         watermark, or ``max_model_len``, or (chunked prefill off) the token budget.
         "later": the rules (:func:`~paged_kv.scheduling.rules.may_admit`: a preemption in this
@@ -266,6 +271,9 @@ class Scheduler:
                 return Admission("never", f"reservation={c.reservation!r} models n = 1 requests only "
                                           f"(this one asks n = {request.n})")
             lifetime = blocks_needed(self._reserve_tokens(request), c.block_size)
+        if request.n > c.max_num_seqs:
+            return Admission("never", f"its n = {request.n} samples run together, but at most "
+                                      f"max_num_seqs = {c.max_num_seqs} sequences run at once")
         if c.max_model_len is not None and request.prompt_len + request.max_tokens > c.max_model_len:
             return Admission("never", f"prompt {request.prompt_len} + max_tokens {request.max_tokens} "
                                       f"tokens exceed max_model_len {c.max_model_len}")

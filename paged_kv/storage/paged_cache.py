@@ -66,8 +66,14 @@ class PagedKVCache:
         # All layers in one tensor (L, NB, BS, Hkv, D): k_cache[l] is layer l's (NB, BS, Hkv, D) view,
         # and one copy-on-write launch reaches every layer (kernels/copy_blocks.py).
         shape = (cfg.num_layers, self.num_blocks, self.block_size, cfg.num_kv_heads, cfg.head_dim)
-        self.k_cache = torch.zeros(shape, dtype=dtype, device=self.device)
-        self.v_cache = torch.zeros(shape, dtype=dtype, device=self.device)
+        try:
+            self.k_cache = torch.zeros(shape, dtype=dtype, device=self.device)
+            self.v_cache = torch.zeros(shape, dtype=dtype, device=self.device)
+        except (RuntimeError, MemoryError) as e:       # torch's out-of-memory errors subclass RuntimeError
+            nbytes = 2 * torch.Size(shape).numel() * torch.empty((), dtype=dtype).element_size()
+            raise ConfigError(f"num_blocks={self.num_blocks} blocks of {self.block_size} tokens need "
+                              f"{nbytes:,} bytes ({nbytes / 2**30:,.2f} GiB) for K and V on {self.device}, "
+                              f"which cannot be allocated: {str(e).splitlines()[0]}") from None
         self.num_cpu_blocks = count("num_cpu_blocks", num_cpu_blocks, 0)
         cpu_shape = (cfg.num_layers, self.num_cpu_blocks, self.block_size, cfg.num_kv_heads, cfg.head_dim)
         pin = self.device.type == "cuda"               # pinned host memory: DMA without a staging copy

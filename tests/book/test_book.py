@@ -50,7 +50,8 @@ def test_colab_links_point_at_notebooks_that_exist(built_book):
     cfg = yaml.safe_load((ROOT / "_config.yml").read_text())
     repo = cfg["repository"]["url"].removeprefix("https://github.com/")
     for src in toc_files()[1:]:
-        links = set(re.findall(r'https://colab\.research\.google\.com/github/[^"]+', _page(built_book, src)))
+        # links only (href): a page may also show the URL pattern inside highlighted code
+        links = set(re.findall(r'href="(https://colab\.research\.google\.com/github/[^"]+)"', _page(built_book, src)))
         assert links, f"{src}: no Colab launch button"
         for link in links:
             prefix = f"https://colab.research.google.com/github/{repo}/blob/{cfg['repository']['branch']}/"

@@ -2,6 +2,7 @@
 
 import math
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
@@ -263,6 +264,35 @@ def test_errors(tiny):
     with pytest.raises(AdmissionError):
         e.generate([[1, 2], [1] * 100], SamplingParams(max_tokens=1))
     assert not e.has_unfinished_requests()      # refused before anything was queued
+
+
+def test_errors_a_student_meets(tiny):
+    """Found by trying the engine as a new user: each names the bad value, and the engine stays usable."""
+    model, _ = tiny
+    e = engine(model, num_gpu_blocks=30, max_num_seqs=2)
+    with pytest.raises(AdmissionError, match="n = 3 .* max_num_seqs = 2"):   # used to wedge every later step
+        e.add_request([1, 2], SamplingParams(max_tokens=3, n=3, temperature=1.0, seed=0))
+    assert e.generate([1, 2], SamplingParams(max_tokens=2))[0].finished
+    for bad in (100.0, math.nan, "x"):
+        with pytest.raises(ConfigError, match="arrival"):
+            e.add_request([1, 2], arrival=bad)
+    with pytest.raises(ConfigError, match="hashable"):
+        e.add_request([1, 2], None, ["a"])
+    with pytest.raises(ConfigError, match="SamplingParams"):
+        e.generate([1, 2], {"max_tokens": 2})
+    with pytest.raises(ConfigError, match="SamplingParams"):
+        e.generate([[1, 2]], [{"max_tokens": 2}])
+    for bad in (None, 65):
+        with pytest.raises(PromptError, match="prompts must be"):
+            e.generate(bad)
+    assert not e.has_unfinished_requests()
+    # one prompt as a tensor, an array or a list of numpy ints is one prompt, as add_request reads it
+    want = e.generate([65, 66, 67], SamplingParams(max_tokens=2))[0].token_ids
+    for same in (torch.tensor([65, 66, 67]), np.array([65, 66, 67]), list(np.array([65, 66, 67]))):
+        (out,) = e.generate(same, SamplingParams(max_tokens=2))
+        assert out.token_ids == want
+    with pytest.raises(ConfigError, match="num_blocks=1000000000 .* cannot be allocated"):
+        LLMEngine(model, EngineConfig(block_size=4, num_gpu_blocks=10**9))
 
 
 def test_memory_budget_in_bytes(tiny):
