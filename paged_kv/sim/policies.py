@@ -126,10 +126,14 @@ class ContiguousPolicy(MemoryPolicy):
                  if self.blocks[rid] > n]
         return sorted(runs + slack)
 
-    def region_borders(self) -> list[int]:
-        """Slot ids where an allocator block (a region's block or a free block) starts, sorted."""
-        starts = [s for s, _ in self.space.free_runs()] + [s for s, _ in self.regions.values()]
-        return sorted(starts)
+    def borders(self):
+        """Where a region, a buddy block's unused tail, or a free block (a hole) starts."""
+        starts = {s for s, _ in self.space.free_runs()} | {0}
+        for rid, (s, n) in self.regions.items():
+            starts.add(s)
+            if self.blocks[rid] > n:
+                starts.add(s + n)
+        return np.array(sorted(starts), np.int64)
 
 
 class OrcaMax(ContiguousPolicy):
@@ -266,6 +270,10 @@ class PagedPolicy(MemoryPolicy):
         if self.leftover:
             runs.append((self.num_blocks * bs, self.leftover, True))
         return runs
+
+    def borders(self):
+        """Every block's first slot, and the unusable tail's."""
+        return np.arange(0, self.pool_slots, self.block_size, dtype=np.int64)
 
     def check(self, head_need=None):
         """As :meth:`MemoryPolicy.check`, plus: each request wastes at most ``BS - 1`` slots."""

@@ -171,8 +171,8 @@ def test_fits_uses_the_rounded_block():
     assert OrcaMax(16, 8).fits(1, 1) and OrcaPow2(16, 8).fits(3, 5)
 
 
-def test_region_borders():
+def test_borders():
     pol = OrcaOracle(16, 16)
     pol.admit(0, 2, 1, 0), pol.admit(1, 1, 1, 0)  # 3 -> [0, 4); 2 -> [4, 6)
-    assert pol.region_borders() == [0, 4, 6, 8]
+    assert pol.borders().tolist() == [0, 3, 4, 6, 8]  # region 0, its unused slot, region 1, the free 2 and 8
     assert np.array_equal(pol.owned_slots()[1], [4, 5])
