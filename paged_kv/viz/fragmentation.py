@@ -249,10 +249,11 @@ def category_bars(shares: Mapping[str, Mapping[str, float]], paper: Mapping[str,
                              text=[f"{v:.1f}%" if v >= 6 else "" for v in vals], textposition="inside",
                              insidetextanchor="middle", customdata=names,
                              hovertemplate="%{customdata}: %{x:.1f}%<extra>" + label + "</extra>"))
-    fig.update_layout(barmode="stack", title=title, height=170 + 38 * len(bars),
+    fig.update_layout(barmode="stack", title=title, height=230 + 38 * len(bars),
                       xaxis=dict(title="% of the KV memory in use", range=[0, 100]),
                       yaxis=dict(autorange="reversed", tickvals=ys, ticktext=names, showgrid=False),
-                      margin=dict(l=10, r=20, t=50, b=40), legend=dict(orientation="h", y=-0.15, traceorder="normal"))
+                      margin=dict(l=10, r=20, t=50, b=120),
+                      legend=dict(orientation="h", y=-0.16, yanchor="top", traceorder="normal"))
     return fig
 
 
