@@ -2,7 +2,8 @@
 beside them.
 
 Follows Kwon et al., SOSP 2023 (arXiv:2309.06180): §6.1 and Fig. 13a (OPT-13B on one A100-40GB,
-12 GiB of KV cache, max length 2,048, ShareGPT at 2 req/s) and Fig. 2 (where KV memory goes).
+12 GiB of KV cache, max length 2,048, ShareGPT at 2 req/s), Fig. 13b (Alpaca at 30 req/s) and
+Fig. 2 (where KV memory goes, one bar per system: :func:`fig2_rows` compares them segment by segment).
 :class:`ServingSetup` ties a model preset (:mod:`paged_kv.memory`), a trace
 (:mod:`paged_kv.sim.traces`), a memory policy (:mod:`paged_kv.sim.policies`) and a roofline step time to
 :func:`paged_kv.sim.simulate`; :func:`comparison_rows` and :func:`format_table` print ours
