@@ -126,6 +126,11 @@ class ContiguousPolicy(MemoryPolicy):
                  if self.blocks[rid] > n]
         return sorted(runs + slack)
 
+    def check(self, head_need=None):
+        """As :meth:`MemoryPolicy.check`, plus the allocator's own invariants (``space.check()``)."""
+        super().check(head_need)
+        self.space.check()
+
     def borders(self):
         """Where a region, a buddy block's unused tail, or a free block (a hole) starts."""
         starts = {s for s, _ in self.space.free_runs()} | {0}

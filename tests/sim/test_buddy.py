@@ -176,3 +176,16 @@ def test_borders():
     pol.admit(0, 2, 1, 0), pol.admit(1, 1, 1, 0)  # 3 -> [0, 4); 2 -> [4, 6)
     assert pol.borders().tolist() == [0, 3, 4, 6, 8]  # region 0, its unused slot, region 1, the free 2 and 8
     assert np.array_equal(pol.owned_slots()[1], [4, 5])
+
+
+@pytest.mark.parametrize("name", ["pow2", "oracle"])
+def test_buddy_invariants_at_every_step_of_a_realistic_trace(name):
+    """ShareGPT-like lengths in a 3 GiB pool (3,932 slots: roots 2,048, 1,024, 512, 256, 64, 16, 8,
+    4): the layout recount and the buddy invariants hold after every step, and rounding shows up."""
+    from paged_kv.sim import PAPER_SETUP, ServingSetup
+    import dataclasses
+    setup = dataclasses.replace(PAPER_SETUP, kv_gib=3.0, num_requests=20, rate_per_s=20.0)
+    assert [n for _, n in BuddyAllocator(setup.pool_slots, 2048).roots] == [2048, 1024, 512, 256, 64, 16, 8, 4]
+    res = setup.run(name, check=True)
+    assert res.mean_batch() > 1 and (res.finish_s > 0).all()
+    assert res.time_average("external") > 0
