@@ -40,7 +40,7 @@ _CATS = list(CATEGORY_LABELS)
 _STRIP_COLORS = [FREE_COLOR, *(tint(c, 0.3) for c in COLORS), *CATEGORY_COLORS.values()]
 _FIRST_CATEGORY_CODE = 1 + len(COLORS)
 STRIP_TRACE = "strip"   # the heatmap a frame or a live refresh updates, found by this name
-BORDER_TRACE = "borders"  # the block/region border lines (drawn when one column is one slot)
+BORDER_TRACE = "borders"  # legend entry of the block/region border lines (one column = one slot)
 GAP_POOL = 64  # pools of at most this many slots are drawn with a gap between slots, to count them
 
 
@@ -111,17 +111,20 @@ def _strip_z(runs: Mapping[str, Sequence], i: int, bin_slots: int) -> np.ndarray
     return np.concatenate([strip_rows(lays[i].owner, lays[i].category, bin_slots) for lays in runs.values()])
 
 
-def _border_xy(runs: Mapping[str, Sequence], i: int) -> tuple[list, list]:
-    """Vertical segments at every allocation-unit border of layout ``i``, one per pair of rows
-    (slot ``b`` starts a unit: a line at ``b - 0.5``), as one scatter's ``x, y`` with ``None`` gaps."""
-    xs, ys = [], []
+def border_shapes(runs: Mapping[str, Sequence], i: int, pad_to: int = 0) -> list[dict]:
+    """Vertical lines at every allocation-unit border of layout ``i``, each across its run's pair
+    of rows (slot ``b`` starts a unit: a line at ``b - 0.5``), as plotly layout shapes, padded with
+    hidden lines to ``pad_to``.  Shapes, not a trace, since plotly cannot animate a trace whose
+    points come and go; padded, since an animation frame updates shapes index by index and would
+    leave a longer previous frame's extra lines standing."""
+    shapes = []
     for j, lays in enumerate(runs.values()):
-        lay = lays[i]
-        borders = lay.borders if lay.borders is not None else np.zeros(0, np.int64)
-        for b in np.asarray(borders)[1:] if len(borders) else ():
-            xs += [float(b) - 0.5, float(b) - 0.5, None]
-            ys += [2 * j - 0.5, 2 * j + 1.5, None]
-    return xs, ys
+        borders = lays[i].borders
+        for b in (np.asarray(borders)[1:] if borders is not None else ()):
+            shapes.append(dict(type="line", xref="x", yref="y", x0=float(b) - 0.5, x1=float(b) - 0.5,
+                               y0=2 * j - 0.5, y1=2 * j + 1.5, line=dict(color="black", width=2), visible=True))
+    hidden = dict(type="line", xref="x", yref="y", x0=0, x1=0, y0=0, y1=0, visible=False)
+    return shapes + [dict(hidden) for _ in range(pad_to - len(shapes))]
 
 
 def _strip_caption(runs: Mapping[str, Sequence], i: int, title: str) -> str:
@@ -163,9 +166,9 @@ def strip_figure(runs: Mapping[str, Sequence], title: str = "", max_bins: int = 
                       hovertemplate="slot %{x}<br>%{customdata}<extra></extra>")
     fig = go.Figure(heat)
     borders = bin_slots == 1  # a border per unit is readable only when a column is one slot
-    bx, by = _border_xy(runs, active) if borders else ([], [])
-    fig.add_trace(go.Scatter(x=bx, y=by, mode="lines", name=BORDER_TRACE, showlegend=borders,
-                             line=dict(color="black", width=2), hoverinfo="skip", visible=True))
+    if borders:  # the legend entry; the lines themselves are layout shapes
+        fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines", name=BORDER_TRACE,
+                                 line=dict(color="black", width=2)))
     for c in _CATS:  # legend entries for the category colours (the request colours need none)
         fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=_SHORT_LABELS[c],
                                  marker=dict(symbol="square", size=12, color=CATEGORY_COLORS[c],
@@ -183,14 +186,14 @@ def strip_figure(runs: Mapping[str, Sequence], title: str = "", max_bins: int = 
                       plot_bgcolor="white",
                       legend=dict(orientation="h", y=1.02, yanchor="bottom", x=0, xanchor="left",
                                   font=dict(size=11)))
+    most = max(len(border_shapes(runs, i)) for i in range(n)) if borders and replay else 0
+    fig.update_layout(shapes=border_shapes(runs, active, most) if borders else [])
     if replay and n > 1:
-        strip = trace_indices(fig, [STRIP_TRACE, BORDER_TRACE])
-
-        def frame_data(i):
-            bx, by = _border_xy(runs, i) if borders else ([], [])
-            return [go.Heatmap(z=_strip_z(runs, i, bin_slots)), go.Scatter(x=bx, y=by)]
-        fig.frames = [go.Frame(name=str(i), data=frame_data(i), traces=strip,
-                               layout=go.Layout(title_text=_strip_caption(runs, i, title))) for i in range(n)]
+        strip = trace_indices(fig, [STRIP_TRACE])
+        fig.frames = [go.Frame(name=str(i), data=[go.Heatmap(z=_strip_z(runs, i, bin_slots))], traces=strip,
+                               layout=go.Layout(title_text=_strip_caption(runs, i, title),
+                                                shapes=border_shapes(runs, i, most) if borders else []))
+                      for i in range(n)]
         steps = frame_steps([str(i) for i in range(n)], [f"{first[i].time_s:.0f}" for i in range(n)])
         add_replay_controls(fig, steps, active, currentvalue=dict(prefix="t (s) = "), frame_ms=400,
                             slider=dict(pad=dict(t=40, l=60)), pad_top=40)
@@ -203,12 +206,11 @@ def refresh_strip(fig, runs: Mapping[str, Sequence], index: int, title: str = ""
     pool = len(next(iter(runs.values()))[0].owner)
     bin_slots = max(1, -(-pool // max_bins))
     ylabels = [f"{k} · {what}" for k in runs for what in ("request", "category")]
-    strip, border = (fig.data[i] for i in trace_indices(fig, [STRIP_TRACE, BORDER_TRACE]))
-    bx, by = _border_xy(runs, index) if bin_slots == 1 else ([], [])
+    strip = fig.data[trace_indices(fig, [STRIP_TRACE])[0]]
     with fig.batch_update():
         strip.z = _strip_z(runs, index, bin_slots)
         fig.layout.yaxis.tickvals, fig.layout.yaxis.ticktext = list(range(len(ylabels))), ylabels
-        border.x, border.y = bx, by
+        fig.layout.shapes = border_shapes(runs, index) if bin_slots == 1 else []
         fig.layout.title.text = _strip_caption(runs, index, title)
 
 
@@ -252,7 +254,7 @@ def category_bars(shares: Mapping[str, Mapping[str, float]], paper: Mapping[str,
     fig.update_layout(barmode="stack", title=title, height=230 + 38 * len(bars),
                       xaxis=dict(title="% of the KV memory in use", range=[0, 100]),
                       yaxis=dict(autorange="reversed", tickvals=ys, ticktext=names, showgrid=False),
-                      margin=dict(l=10, r=20, t=50, b=120),
+                      margin=dict(l=10, r=20, t=70, b=120),
                       legend=dict(orientation="h", y=-0.16, yanchor="top", traceorder="normal"))
     return fig
 

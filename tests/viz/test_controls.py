@@ -18,7 +18,7 @@ from paged_kv.sim import OrcaOracle, simulate, trace_from_rows
 from paged_kv.viz import layout_path, trace_indices
 from paged_kv.viz import memory as vm
 from paged_kv.viz.blocks import TRACE_NAMES, blocks_figure
-from paged_kv.viz.fragmentation import STRIP_TRACE, BORDER_TRACE, strip_figure
+from paged_kv.viz.fragmentation import STRIP_TRACE, strip_figure
 
 MODELS, GPUS, CONTEXTS = ["Llama-3-8B", "Llama-2-70B"], ["A100-80GB", "H200"], [2048, 8192, 32768]
 
@@ -146,5 +146,5 @@ def test_block_frames_update_the_named_traces():
 def test_strip_frames_update_the_strip():
     res = simulate(trace_from_rows([(0, 2, 6), (1, 1, 2)]), OrcaOracle(8, 8), layout_times=range(3))
     fig = strip_figure({"a": res.layouts})
-    strip = trace_indices(fig, [STRIP_TRACE, BORDER_TRACE])  # the strip and its border lines
-    assert all(list(f.traces) == strip for f in fig.frames) and len(fig.frames) == 3
+    (strip,) = trace_indices(fig, [STRIP_TRACE])  # border lines are layout shapes, set per frame
+    assert all(list(f.traces) == [strip] for f in fig.frames) and len(fig.frames) == 3

@@ -105,16 +105,17 @@ def test_small_strips_show_slot_gaps_and_borders():
     res = simulate(tr, OrcaOracle(16, 16), layout_times=[0])
     lay = res.layouts[0]
     assert lay.borders.tolist() == [0, 3, 4, 7, 8]  # region 0, its tail, region 1, its tail, the free 8
-    fig = strip_figure({"buddy": res.layouts})
-    heat, border = (fig.data[i] for i in trace_indices(fig, [STRIP_TRACE, BORDER_TRACE]))
-    assert heat.xgap == 1 and 16 <= GAP_POOL
-    xs = [x for x in border.x if x is not None]
-    assert xs == [2.5, 2.5, 3.5, 3.5, 6.5, 6.5, 7.5, 7.5]  # one segment per border after slot 0
+    fig = strip_figure({"buddy": res.layouts, "again": res.layouts})
+    heat = fig.data[trace_indices(fig, [STRIP_TRACE])[0]]
+    assert heat.xgap == 1 and 16 <= GAP_POOL and BORDER_TRACE in [t.name for t in fig.data]
+    lines = [(s.x0, s.y0, s.y1) for s in fig.layout.shapes if s.visible]
+    # one line per border after slot 0, across its own pair of rows (run 0: rows 0-1, run 1: rows 2-3)
+    assert lines == [(b - 0.5, 2 * j - 0.5, 2 * j + 1.5) for j in (0, 1) for b in (3, 4, 7, 8)]
     paged = simulate(tr, make_policy("paged", 16, 16, block_size=4, watermark=0.0), layout_times=[0])
     assert paged.layouts[0].borders.tolist() == [0, 4, 8, 12]
     big = simulate(tr, OrcaOracle(4096, 64), layout_times=[0])
     fig = strip_figure({"big": big.layouts})
-    assert fig.data[0].xgap == 0 and not [x for x in fig.data[1].x if x is not None]  # binned: no borders
+    assert fig.data[0].xgap == 0 and not fig.layout.shapes  # binned columns: no borders
 
 
 def test_fig2_paired_bars():
