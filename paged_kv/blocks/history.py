@@ -95,7 +95,8 @@ class Snapshot:
 
     @property
     def wasted_slots(self) -> int:
-        """Reserved but empty slots in used blocks (internal fragmentation), shared blocks once."""
+        """Allocated but still empty slots in used blocks (internal fragmentation once their sequences
+        have finished), shared blocks once."""
         return sum(self.block_size - b.filled for b in self.blocks if b.ref_count > 0)
 
 

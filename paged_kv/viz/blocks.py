@@ -2,8 +2,8 @@
 
 Left panel: the pool, one row of ``BS`` slots per physical block (as the vLLM paper's Figures
 6-7 draw it).  Colour = the sequence holding the block; a slot holding a token is drawn in the
-full colour, a reserved but empty slot in a pale tint of it (internal fragmentation made
-visible), a free block in grey.  Each block is labelled ``id ×ref count``; hovering a slot tells
+full colour, an allocated but still empty slot in a pale tint of it (it takes the sequence's
+next tokens; once the sequence has finished it is internal fragmentation), a free block in grey.  Each block is labelled ``id ×ref count``; hovering a slot tells
 block id, slot, owner, logical index and the block's token range.  Right panel: the block table
 of each sequence that exists in the snapshot shown (a finished one's row goes away), logical block
 -> physical id.
@@ -37,7 +37,7 @@ MAX_ROWS = 24   # blocks per column of the pool grid before it wraps into anothe
                # for the book's pools, so a two-digit id keeps room to its left even on a phone
 
 
-EMPTY_TINT = 0.72  # share of white in the pale tint of a reserved, empty slot
+EMPTY_TINT = 0.72  # share of white in the pale tint of an allocated, still empty slot
 
 
 def seq_order(snapshots: Sequence) -> list:
@@ -52,7 +52,7 @@ def seq_order(snapshots: Sequence) -> list:
 
 
 def _colorscale(num_seqs: int) -> tuple[list, int]:
-    """A discrete colorscale: z = 0 free; 1 + 2k filled slot of seq k; 2 + 2k reserved empty slot."""
+    """A discrete colorscale: z = 0 free; 1 + 2k filled slot of seq k; 2 + 2k allocated, empty slot."""
     colors = [FREE_COLOR]
     for k in range(num_seqs):
         colors += [COLORS[k % len(COLORS)], tint(COLORS[k % len(COLORS)], EMPTY_TINT)]
@@ -112,7 +112,7 @@ def block_traces(snap, order: Sequence, max_logical: int | None = None) -> list:
             holders = ", ".join(f"{s} (logical {lg})" for s, lg in blk.holders)
             rng = _token_range(blk.logical, blk.filled, bs)
             tok = (f"token {blk.logical * bs + o}" + (f" {blk.labels[o]!r}" if o < len(blk.labels) else "")
-                   if o < blk.filled else "reserved, empty")
+                   if o < blk.filled else "allocated, still empty")
             hover[r][x0 + o] = (f"block {blk.block_id}, slot {slot} (offset {o})<br>owner: {holders}"
                                 f"<br>tokens {rng} of {blk.owner}, {blk.filled}/{bs} filled"
                                 f"<br>ref count {blk.ref_count}<br>{tok}")
@@ -150,8 +150,8 @@ def block_traces(snap, order: Sequence, max_logical: int | None = None) -> list:
 def _caption(snap) -> str:
     used, nb = snap.used_blocks, snap.num_blocks
     what = snap.event.text or "start: every block is free"
-    return (f"step {snap.step}: {what}<br><sup>{used}/{nb} blocks used, {snap.wasted_slots} reserved "
-            f"slots empty<br>full colour: a stored token, pale: reserved and empty, grey: free</sup>")
+    return (f"step {snap.step}: {what}<br><sup>{used}/{nb} blocks used, {snap.wasted_slots} allocated "
+            f"slots empty<br>full colour: a stored token, pale: allocated and empty, grey: free</sup>")
 
 
 def _frame_layout(fig, snapshots: Sequence, shown, title: str) -> tuple[list, int]:
@@ -228,7 +228,7 @@ def block_size_figure(sizes: Sequence[int], empty_share: Sequence[float], table_
 
     Args:
         sizes: block sizes (tokens), e.g. ``[1, 2, 4, ..., 256]``.
-        empty_share: per size, reserved-but-empty slots as a percentage of reserved slots
+        empty_share: per size, allocated-but-empty slots as a percentage of allocated slots
             (0 at block size 1, so its axis is linear).
         table_entries: per size, mean block-table entries per sequence (always >= 1, spanning
             orders of magnitude, so its axis is logarithmic).
@@ -236,7 +236,7 @@ def block_size_figure(sizes: Sequence[int], empty_share: Sequence[float], table_
     Two panels, not one axis, because a percentage and a count share no unit.
     """
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.12,
-                        subplot_titles=("<b>memory wasted</b>: empty slots, % of reserved",
+                        subplot_titles=("<b>memory wasted</b>: empty slots, % of allocated",
                                         "<b>table size</b>: block-table entries per sequence"))
     for note in fig.layout.annotations:
         note.update(x=0, xanchor="left", align="left", font=dict(size=12))
@@ -249,7 +249,7 @@ def block_size_figure(sizes: Sequence[int], empty_share: Sequence[float], table_
                   row=2, col=1)
     fig.update_xaxes(type="log", tickvals=list(sizes), ticktext=[str(x) for x in sizes])
     fig.update_xaxes(title_text="block size (tokens per block, log scale)", row=2, col=1)
-    fig.update_yaxes(title_text="% of reserved slots", rangemode="tozero", row=1, col=1)
+    fig.update_yaxes(title_text="% of allocated slots", rangemode="tozero", row=1, col=1)
     fig.update_yaxes(title_text="entries (log scale)", type="log", row=2, col=1,
                      tickvals=[1, 3, 10, 30, 100, 300, 1000, 3000, 10000])
     fig.update_layout(title=dict(text=title, x=0.01, font=dict(size=14)), height=560, showlegend=False,

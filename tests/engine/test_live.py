@@ -92,3 +92,41 @@ def test_live_requests_text_and_finish_of_unknown_request():
     live.finish(seq)
     with pytest.raises(BlockError, match="request 0 is not running"):
         live.text(seq)
+
+
+def test_random_sessions_keep_every_invariant():
+    """Hypothesis drives add / step / finish over a small pool (preemptions happen often): the
+    manager's invariants hold, every request is running xor waiting, a running request holds one
+    slot per token, a waiting one holds no block, and a preempted request is never older than a
+    request that kept running in that step (the latest arrival goes first)."""
+    from hypothesis import given, settings, strategies as st
+
+    ops = st.lists(st.tuples(st.sampled_from(["add", "step", "step", "finish"]), st.integers(1, 9)),
+                   max_size=40)
+
+    @settings(max_examples=30, deadline=None)
+    @given(ops)
+    def run(script):
+        live = LiveRequests(None, None, num_blocks=6, block_size=2)
+        for op, arg in script:
+            try:
+                if op == "add":
+                    live.add(arg)
+                elif op == "step":
+                    before = set(live.running)
+                    live.step()
+                    preempted = before - set(live.running)
+                    if preempted:
+                        assert min(preempted) > max(before - preempted, default=-1)
+                elif live.requests:
+                    live.finish(live.requests[arg % len(live.requests)])
+            except (OutOfBlocksError, BlockError):
+                pass                                   # refused: nothing changed
+            live.manager.check()
+            assert set(live.running).isdisjoint(live.waiting)
+            assert set(live.requests) == set(live.tokens)
+            for s in live.running:
+                assert live.manager.num_tokens(s) == len(live.tokens[s])
+            assert all(s not in live.manager.seq_ids for s in live.waiting)
+
+    run()
