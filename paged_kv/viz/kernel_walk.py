@@ -150,8 +150,8 @@ def _caption(tiles: list[Tile], shown: int, block_size: int) -> str:
     masked = len(t.positions) - len(pos)
     return (f"tile {t.index}: positions {pos[0]}–{pos[-1]}"
             + (f" (+{masked} masked)" if masked else "")
-            + f" → physical blocks {list(t.blocks_touched)}<br><sup>one table gather of "
-            f"{len(t.positions)} entries, then K and V rows at block × BS + offset (BS = {block_size})</sup>")
+            + f" → blocks {list(t.blocks_touched)}<br><sup>one gather of {len(t.positions)} table "
+            f"entries; K, V rows at block × {block_size} + offset</sup>")
 
 
 def kernel_walk_figure(tiles: list[Tile], block_table: Sequence[int], num_blocks: int, block_size: int,
