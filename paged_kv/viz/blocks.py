@@ -148,10 +148,14 @@ def block_traces(snap, order: Sequence, max_logical: int | None = None) -> list:
 
 
 def _caption(snap) -> str:
+    """Title lines of one snapshot: "step N: request X:" in the title's size, what happened and the
+    key in small type below (short lines, so a phone-wide figure does not cut them off)."""
     used, nb = snap.used_blocks, snap.num_blocks
     what = snap.event.text or "start: every block is free"
-    return (f"step {snap.step}: {what}<br><sup>{used}/{nb} blocks used, {snap.wasted_slots} allocated "
-            f"slots empty<br>full colour: a stored token, pale: allocated and empty, grey: free</sup>")
+    who, _, detail = what.partition(": ")
+    return (f"step {snap.step}: {who}:<br><sup>{detail}<br>{used}/{nb} blocks used, {snap.wasted_slots} "
+            f"allocated slots empty<br>full colour: a stored token, pale: allocated and empty, "
+            f"grey: free</sup>")
 
 
 def _frame_layout(fig, snapshots: Sequence, shown, title: str) -> tuple[list, int]:
@@ -198,7 +202,7 @@ def blocks_figure(snapshots: Sequence, title: str = "", active: int | None = Non
     order, max_logical = _frame_layout(fig, snapshots, shown, title)
     for i, trace in enumerate(block_traces(shown, order, max_logical)):
         fig.add_trace(trace, row=1, col=1 if i < 2 else 2)
-    fig.update_layout(height=height or max(360, 28 * rows + 210), margin=dict(l=20, r=20, t=125, b=60),
+    fig.update_layout(height=height or max(360, 28 * rows + 210), margin=dict(l=20, r=20, t=140, b=60),
                       plot_bgcolor="white", showlegend=False)
     if replay and len(snapshots) > 1:
         head = f"{title}<br>" if title else ""

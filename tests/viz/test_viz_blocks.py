@@ -22,7 +22,7 @@ def test_figure_replays_every_snapshot_with_a_slider():
     assert [s.args[0][0] for s in steps] == [f.name for f in fig.frames]
     assert all(s.args[1]["frame"]["redraw"] for s in steps)
     assert fig.frames[0].data[0].z != fig.frames[-1].data[0].z          # moving the slider changes the pool
-    assert "B: prompt of 6 tokens" in fig.frames[-1].layout.title.text
+    assert "request B:<br><sup>prompt of 6 tokens" in fig.frames[-1].layout.title.text
 
 
 def test_pool_cells_show_owner_fill_and_hover():
