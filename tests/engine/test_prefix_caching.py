@@ -219,3 +219,22 @@ def test_hit_counters_equal_a_brute_force_count(tiny):
     assert e.stats.prefix_hits == sum(want) > 0
     assert e.stats.prefix_queries == sum(len(p) for p in prompts)
     assert e.stats.prompt_tokens == sum(len(p) for p in prompts) - sum(want)    # the prefill saved
+
+
+def test_shared_prefix_workload_and_serve_trace_with_prompts():
+    from paged_kv.engine.serving import shared_prefix_workload, serve_trace
+    from paged_kv.sim import IterationTime
+    w = shared_prefix_workload(12, 8, None, num_prefixes=2, warm=True, seed=3)
+    firsts = {tuple(p[:8]) for p in w.prompts}
+    assert firsts <= {tuple(range(1, 9)), tuple(range(9, 17))}
+    assert all(min(p[8:]) > 16 for p in w.prompts)                 # own tokens never repeat a prefix
+    assert [len(p) for p in w.prompts] == w.trace.prompt_len.tolist()
+    assert w.trace.arrival_s[0] < w.trace.arrival_s[1:].min()      # warm: the first comes alone
+    cfg = EngineConfig(block_size=4, num_gpu_blocks=256, watermark=0.0, enable_prefix_caching=True)
+    r = serve_trace(w.trace, cfg, IterationTime(), prompts=w.prompts)
+    # request 0 computes its prefix alone; the others arrive after it and are admitted together in one
+    # step: those sharing request 0's prefix hit its 8 tokens, those with the other prefix all miss
+    want = 8 * (sum(tuple(p[:8]) == tuple(w.prompts[0][:8]) for p in w.prompts) - 1)
+    assert r.stats.prefix_hits == want
+    with pytest.raises(ConfigError, match="prompts must be"):
+        serve_trace(w.trace, cfg, IterationTime(), prompts=w.prompts[:-1])
