@@ -4,7 +4,7 @@ evictions step by step; radix tree against hashed blocks; hit rate against pool 
 :func:`prefix_pool_figure` draws an engine's :class:`~paged_kv.engine.StepRecord` list (recorded
 with ``enable_prefix_caching``): one square per physical block, coloured by the request holding it,
 **grey** when free, **sand** when *cached-free* (ref count 0 but its K/V still findable by hash);
-a dot marks a block that caches a prefix, a gold frame a block handed out as a hit in this step,
+a dot marks a block that caches a prefix, a gold star a block handed out as a hit in this step,
 a red cross a block whose entry was evicted (least recently used first) to be reused.
 :func:`refresh_prefix_pool_figure` redraws the last step in place (the live panel).
 
@@ -67,7 +67,7 @@ def _traces(rec, order: Sequence[str]) -> list:
     for b, (state, owner, refs, cached) in enumerate(states):
         x, y = _xy(b)
         z[y][x] = {"free": 0, "cached-free": 1}.get(state, 2 + index.get(owner, 0) % len(COLORS))
-        text[y][x] = f"{b}" if state != "used" else f"<b>{b}</b> {owner}"
+        text[y][x] = f"{b}" if state != "used" else f"<b>{b}</b> {owner}" + (f" ×{refs}" if refs > 1 else "")
         what = {"free": "free (ref count 0, caches nothing)",
                 "cached-free": "cached-free: ref count 0, its K/V still found by hash (evicted LRU)"}.get(
             state, f"held by {owner}, ref count {refs}" + (", caches a prefix" if cached else ""))
@@ -81,8 +81,9 @@ def _traces(rec, order: Sequence[str]) -> list:
     cached = go.Scatter(x=cx, y=cy, mode="markers", name="cached", hoverinfo="skip", showlegend=False,
                         marker=dict(symbol="circle", size=6, color="#333"))
     hx, hy = zip(*[_xy(b) for b in rec.hits]) if rec.hits else ((), ())
-    hits = go.Scatter(x=list(hx), y=list(hy), mode="markers", name="hits", hoverinfo="skip", showlegend=False,
-                      marker=dict(symbol="square-open", size=40, color=HIT_COLOR, line=dict(width=4)))
+    hits = go.Scatter(x=[x - 0.3 for x in hx], y=[y + 0.25 for y in hy], mode="markers", name="hits",
+                      hoverinfo="skip", showlegend=False,
+                      marker=dict(symbol="star", size=15, color=HIT_COLOR, line=dict(color="#333", width=1)))
     ex, ey = zip(*[_xy(b) for b in rec.evicted]) if rec.evicted else ((), ())
     evicted = go.Scatter(x=[x - 0.3 for x in ex], y=[y - 0.25 for y in ey], mode="markers+text", name="evicted",
                          text=[f"{k + 1}" for k in range(len(ex))], textposition="middle right",
@@ -113,7 +114,7 @@ def prefix_pool_figure(records: Sequence, title: str = "", active: int | None = 
     fig.update_yaxes(visible=False, autorange="reversed")
     head = f"{title}<br>" if title else ""
     fig.update_layout(title=dict(text=head + _caption(rec), x=0.01, font=dict(size=13)),
-                      height=190 + 52 * rows, margin=dict(l=10, r=10, t=110, b=70),
+                      height=250 + 70 * rows, margin=dict(l=10, r=10, t=120, b=80),
                       plot_bgcolor="white", showlegend=False)
     if replay and len(records) > 1:
         idx = trace_indices(fig, TRACE_NAMES)
@@ -162,10 +163,11 @@ def radix_tree(prompts: Sequence[str]) -> list[tuple[int, int, str, int]]:
 
 
 def radix_vs_blocks_figure(prompts: Sequence[str], block_size: int, title: str = "") -> go.Figure:
-    """Left: each prompt as hashed blocks (vLLM): full blocks in the colour of the first prompt that
-    holds the same prefix (shared), the partial last block blank (never cached).  Right: the radix
-    tree (SGLang): one edge per distinct run of characters, shared at any length."""
-    fig = make_subplots(rows=1, cols=2, column_widths=[0.5, 0.5], horizontal_spacing=0.06,
+    """Top: each prompt as hashed blocks (vLLM): full blocks in the colour of the first prompt that
+    holds the same prefix (pale where a later prompt reuses it), the partial last block blank and
+    dotted (never cached).  Bottom: the radix tree (SGLang): one edge per distinct run of
+    characters, shared at any length.  Stacked, so it fits a phone."""
+    fig = make_subplots(rows=2, cols=1, vertical_spacing=0.16,
                         subplot_titles=(f"hashed blocks of {block_size} (vLLM)", "radix tree (SGLang)"))
     owner: dict[str, int] = {}
     for i, p in enumerate(prompts):
@@ -194,18 +196,18 @@ def radix_vs_blocks_figure(prompts: Sequence[str], block_size: int, title: str =
         shared = e not in leaves
         fig.add_shape(type="rect", x0=start, x1=start + len(label) - 0.15, y0=y - 0.35, y1=y + 0.35,
                       fillcolor=tint(COLORS[0], 0.55) if shared else tint(COLORS[2], 0.55),
-                      line=dict(color="#333", width=1), row=1, col=2)
+                      line=dict(color="#333", width=1), row=2, col=1)
         fig.add_annotation(x=start + len(label) / 2, y=y, text=label.replace(" ", "·"), showarrow=False,
-                           font=dict(size=10, family="monospace"), row=1, col=2)
+                           font=dict(size=10, family="monospace"), row=2, col=1)
         if parent >= 0:
             fig.add_shape(type="line", x0=start - 0.15, x1=start, y0=ypos[parent], y1=y,
-                          line=dict(color="#555", width=1), row=1, col=2)
-    longest = max(len(p) for p in prompts)
-    for c in (1, 2):
-        fig.update_xaxes(range=[-0.5, longest + 0.5], showgrid=False, zeroline=False, title="token position",
-                         row=1, col=c)
-        fig.update_yaxes(visible=False, autorange="reversed", row=1, col=c)
-    fig.update_layout(title=dict(text=title, x=0.01, font=dict(size=14)), height=150 + 45 * len(prompts),
+                          line=dict(color="#555", width=1), row=2, col=1)
+    right = -(-max(len(p) for p in prompts) // block_size) * block_size
+    for r, rows in ((1, len(prompts)), (2, len(leaves))):
+        fig.update_xaxes(range=[-0.5, right + 0.5], showgrid=False, zeroline=False, row=r, col=1,
+                         title="token position" if r == 2 else None)
+        fig.update_yaxes(visible=False, range=[rows - 0.5, -0.5], row=r, col=1)
+    fig.update_layout(title=dict(text=title, x=0.01, font=dict(size=14)), height=200 + 90 * len(prompts),
                       margin=dict(l=10, r=10, t=80, b=50), plot_bgcolor="white", showlegend=False)
     return fig
 
