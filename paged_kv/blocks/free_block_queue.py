@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import Iterable, Iterator
 
 from ..errors import BlockError
+from ..validate import count
 
 __all__ = ["FreeBlockQueue"]
 
@@ -35,11 +36,13 @@ class FreeBlockQueue:
         order: the initial queue, head first (distinct ids in range).
 
     Raises:
+        ConfigError: ``num_blocks`` not an int >= 0.
         BlockError: an id outside the pool, an id queued twice (``append`` or ``order``),
             ``remove`` of an id not queued, ``popleft`` of an empty queue.
     """
 
     def __init__(self, num_blocks: int, order: Iterable[int] = ()) -> None:
+        num_blocks = count("num_blocks (blocks in the pool)", num_blocks, 0)
         self.num_blocks = num_blocks
         self._prev = [_NONE] * num_blocks
         self._next = [_NONE] * num_blocks

@@ -36,7 +36,8 @@ import json
 from dataclasses import dataclass
 from typing import Callable, Hashable, Sequence
 
-from ..errors import BlockError, ConfigError
+from ..errors import BlockError, ConfigError, PromptError
+from ..validate import count
 
 __all__ = ["CacheEntry", "HASH_ALGOS", "PrefixCache", "block_hashes", "canonical_key", "sha256_block_hash"]
 
@@ -54,10 +55,23 @@ def canonical_key(extra_key) -> object:
     raise ConfigError(f"an extra cache key must be None, str, int or a tuple of those, got {extra_key!r}")
 
 
+def _token_ids(token_ids) -> list[int]:
+    """``token_ids`` as a list of Python ints >= 0; ``PromptError`` names the first that is not one
+    (a float, a bool or a str is not silently truncated into some other token)."""
+    if isinstance(token_ids, (str, bytes)):
+        raise PromptError(f"token ids must be a sequence of ints, got the {type(token_ids).__name__} {token_ids!r:.60}")
+    return [t if type(t) is int and t >= 0 else count("a token id", t, 0, PromptError) for t in token_ids]
+
+
 def sha256_block_hash(parent: bytes | None, token_ids: Sequence[int], extra_key=None) -> bytes:
     """``SHA-256(JSON([parent hex or null, token ids, extra key]))``: the 32-byte hash of one full
-    block given its parent block's hash (``None`` for block 0)."""
-    payload = json.dumps([None if parent is None else parent.hex(), [int(t) for t in token_ids],
+    block given its parent block's hash (``None`` for block 0).
+
+    Raises:
+        PromptError: a token id that is not an int >= 0.
+        ConfigError: an extra key that is not None, a str, an int or a tuple of those.
+    """
+    payload = json.dumps([None if parent is None else parent.hex(), _token_ids(token_ids),
                           canonical_key(extra_key)], separators=(",", ":"))
     return hashlib.sha256(payload.encode()).digest()
 
@@ -71,11 +85,18 @@ def block_hashes(token_ids: Sequence[int], block_size: int, extra_key=None,
 
     ``known``: hashes already computed for a prefix of the same tokens (extended in place and
     returned), so a growing sequence hashes each block once.
+
+    Raises:
+        ConfigError: ``block_size`` not an int >= 1; an extra key :func:`canonical_key` refuses.
+        PromptError: ``token_ids`` a str, or a token id (of a block being hashed) not an int >= 0.
     """
+    block_size = count("block_size (tokens per block)", block_size)
+    if isinstance(token_ids, (str, bytes)):
+        _token_ids(token_ids)
     hashes = [] if known is None else known
     for i in range(len(hashes), len(token_ids) // block_size):
         parent = hashes[-1] if hashes else None
-        hashes.append(hash_fn(parent, tuple(token_ids[i * block_size:(i + 1) * block_size]), extra_key))
+        hashes.append(hash_fn(parent, tuple(_token_ids(token_ids[i * block_size:(i + 1) * block_size])), extra_key))
     return hashes
 
 
@@ -101,11 +122,12 @@ class PrefixCache:
     collision); :meth:`lookup` takes the first whose stored tokens match.
 
     Raises:
-        ConfigError: an unknown hash algorithm.
+        ConfigError: ``block_size`` not an int >= 1; an unknown hash algorithm.
         BlockError: registering a block twice, or a prefix that is not whole blocks.
     """
 
     def __init__(self, block_size: int, hash_fn: str | HashFn = "sha256") -> None:
+        block_size = count("block_size (tokens per block)", block_size)
         if isinstance(hash_fn, str):
             if hash_fn not in HASH_ALGOS:
                 raise ConfigError(f"prefix_caching_hash_algo must be one of {sorted(HASH_ALGOS)} or a "

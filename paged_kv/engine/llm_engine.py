@@ -301,9 +301,10 @@ class LLMEngine:
 
     # --- requests -----------------------------------------------------------------------------
     def load_adapter(self, name: str, shift: int) -> int:
-        """Load (or reload) an adapter under ``name``; returns its id, a new one at every load (as
-        vLLM gives each LoRA adapter its own int id), so K/V cached under an earlier load of the same
-        name is never hit by the new one.
+        """Load (or reload) an adapter under ``name``; returns its id, a new one at every load, so K/V
+        cached under an earlier load of the same name is never hit by the new one.  (vLLM v1 first put
+        each LoRA adapter's int id into the block hash, later its name, so that instances agree on
+        hashes; a same-name reload then reused stale K/V: vLLM issues #30931 and #42125.)
 
         The adapter stands in for a LoRA adapter: it changes what the model computes for the same
         token ids, here by feeding token ``(t + shift) mod V`` for token ``t`` (``V`` the vocabulary),
@@ -331,7 +332,7 @@ class LLMEngine:
 
         Raises:
             ConfigError: ``params`` not a SamplingParams; ``arrival`` not a finite number <= the
-                clock; ``request_id`` not hashable; an adapter not loaded; a salt not a str.
+                clock; ``request_id`` not hashable; an adapter not loaded; a salt not a non-empty str.
             AdmissionError: it could never run on this engine's pool (the reason is in the message:
                 e.g. prompt + max_tokens - 1 stored tokens need more blocks than the pool has); or
                 its id is in use.  Nothing is queued and nothing is preempted.
@@ -351,8 +352,8 @@ class LLMEngine:
             f"arrival (s on the engine's clock, now {self.clock:g})", arrival, high=self.clock)
         if adapter is not None and adapter not in self._adapters:
             raise ConfigError(f"adapter {adapter!r} is not loaded (loaded: {sorted(self._adapters)})")
-        if cache_salt is not None and not isinstance(cache_salt, str):
-            raise ConfigError(f"cache_salt must be a str, got {cache_salt!r}")
+        if cache_salt is not None and (not isinstance(cache_salt, str) or not cache_salt):
+            raise ConfigError(f"cache_salt must be a non-empty str (as vLLM requires), got {cache_salt!r}")
         uid, shift = self._adapters[adapter] if adapter is not None else (None, 0)
         extra_key = None if uid is None and cache_salt is None else (uid, cache_salt)
         req = self.scheduler.add(request_id, ids, params.n, params.max_tokens, arrival, extra_key)

@@ -20,14 +20,17 @@ from typing import Mapping, Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from ..errors import ConfigError
+from ..validate import count
 from .controls import add_replay_controls, frame_steps, trace_indices
 from .palette import COLORS, FREE_COLOR, discrete_scale, tint
 
-__all__ = ["CACHED_FREE_COLOR", "hit_rate_figure", "pool_states", "prefix_pool_figure", "radix_tree",
+__all__ = ["CACHED_FREE_COLOR", "SHARED_EDGE_COLOR", "hit_rate_figure", "pool_states", "prefix_pool_figure", "radix_tree",
            "radix_vs_blocks_figure", "refresh_prefix_pool_figure"]
 
 CACHED_FREE_COLOR = "#E9D8A6"    # sand: free by ref count, but its K/V is still cached
 HIT_COLOR, EVICT_COLOR = "#D4A017", "#C00000"
+SHARED_EDGE_COLOR = "#CFCFCF"    # a radix-tree edge on the path of several prompts
 PER_ROW = 8                      # blocks per row of the pool grid
 TRACE_NAMES = ("pool", "cached", "hits", "evicted")
 
@@ -103,9 +106,17 @@ def _caption(rec) -> str:
 def prefix_pool_figure(records: Sequence, title: str = "", active: int | None = None,
                        replay: bool = True) -> go.Figure:
     """The GPU pool at ``records[active]`` (default: the last), with a slider over all records when
-    ``replay`` (frames work in a static page).  See the module's docstring for the encoding."""
+    ``replay`` (frames work in a static page).  See the module's docstring for the encoding.
+
+    Raises:
+        ConfigError: no records, or ``active`` not an index into them.
+    """
     records = list(records)
+    if not records:
+        raise ConfigError("prefix_pool_figure needs at least one StepRecord (record=True on the engine)")
     active = len(records) - 1 if active is None else active
+    if type(active) is not int or not 0 <= active < len(records):
+        raise ConfigError(f"active must be an int in 0..{len(records) - 1} (an index into the records), got {active!r}")
     order = _owners(records)
     rec = records[active]
     fig = go.Figure(_traces(rec, order))
@@ -127,8 +138,11 @@ def prefix_pool_figure(records: Sequence, title: str = "", active: int | None = 
 
 
 def refresh_prefix_pool_figure(fig, records: Sequence, title: str = "") -> None:
-    """Redraw ``fig`` (from :func:`prefix_pool_figure` with ``replay=False``) at the last record."""
+    """Redraw ``fig`` (from :func:`prefix_pool_figure` with ``replay=False``) at the last record.
+    Raises ``ConfigError`` when there is no record."""
     records = list(records)
+    if not records:
+        raise ConfigError("refresh_prefix_pool_figure needs at least one StepRecord")
     new = dict(zip(TRACE_NAMES, _traces(records[-1], _owners(records))))
     head = f"{title}<br>" if title else ""
     with fig.batch_update():
@@ -166,7 +180,17 @@ def radix_vs_blocks_figure(prompts: Sequence[str], block_size: int, title: str =
     """Top: each prompt as hashed blocks (vLLM): full blocks in the colour of the first prompt that
     holds the same prefix (pale where a later prompt reuses it), the partial last block blank and
     dotted (never cached).  Bottom: the radix tree (SGLang): one edge per distinct run of
-    characters, shared at any length.  Stacked, so it fits a phone."""
+    characters, shared at any length; an edge on the path of several prompts is grey, an edge of
+    one prompt only is pale in that prompt's colour (the colours of the top panel).  Stacked, so it
+    fits a phone.
+
+    Raises:
+        ConfigError: no prompts, a prompt that is not a non-empty str, ``block_size`` not an int >= 1.
+    """
+    block_size = count("block_size (characters per block)", block_size)
+    prompts = list(prompts)
+    if not prompts or any(not isinstance(p, str) or not p for p in prompts):
+        raise ConfigError(f"radix_vs_blocks_figure needs one or more non-empty str prompts, got {prompts!r:.120}")
     fig = make_subplots(rows=2, cols=1, vertical_spacing=0.16,
                         subplot_titles=(f"hashed blocks of {block_size} (vLLM)", "radix tree (SGLang)"))
     owner: dict[str, int] = {}
@@ -191,11 +215,18 @@ def radix_vs_blocks_figure(prompts: Sequence[str], block_size: int, title: str =
         if e not in ypos:
             kids = [ypos[c] for c in range(len(edges)) if edges[c][3] == e]
             ypos[e] = sum(kids) / len(kids)
+    through: list[set] = []               # per edge: the prompts whose path runs along it
+    for e, (start, depth, label, parent) in enumerate(edges):
+        path = ""
+        k = e
+        while k >= 0:
+            path, k = edges[k][2] + path, edges[k][3]
+        through.append({i for i, p in enumerate(prompts) if p.startswith(path)})
     for e, (start, depth, label, parent) in enumerate(edges):
         y = ypos[e]
-        shared = e not in leaves
+        (only,) = through[e] if len(through[e]) == 1 else (None,)
         fig.add_shape(type="rect", x0=start, x1=start + len(label) - 0.15, y0=y - 0.35, y1=y + 0.35,
-                      fillcolor=tint(COLORS[0], 0.55) if shared else tint(COLORS[2], 0.55),
+                      fillcolor=SHARED_EDGE_COLOR if only is None else tint(COLORS[only % len(COLORS)], 0.55),
                       line=dict(color="#333", width=1), row=2, col=1)
         fig.add_annotation(x=start + len(label) / 2, y=y, text=label.replace(" ", "·"), showarrow=False,
                            font=dict(size=10, family="monospace"), row=2, col=1)
@@ -214,7 +245,17 @@ def radix_vs_blocks_figure(prompts: Sequence[str], block_size: int, title: str =
 
 def hit_rate_figure(pool_sizes: Sequence, series: Mapping[str, Sequence[float]], title: str,
                     xaxis: str = "KV pool (blocks)", yaxis: str = "prefix-cache hit rate") -> go.Figure:
-    """One line per series (e.g. per prefix length) against pool size, y in [0, 1]."""
+    """One line per series (e.g. per prefix length) against pool size, y in [0, 1].
+
+    Raises:
+        ConfigError: no pool size, or a series whose length differs from ``pool_sizes``'.
+    """
+    pool_sizes = list(pool_sizes)
+    if not pool_sizes:
+        raise ConfigError("hit_rate_figure needs at least one pool size")
+    for name, ys in series.items():
+        if len(ys) != len(pool_sizes):
+            raise ConfigError(f"series {name!r} has {len(ys)} values for {len(pool_sizes)} pool sizes")
     fig = go.Figure()
     for k, (name, ys) in enumerate(series.items()):
         fig.add_trace(go.Scatter(x=list(pool_sizes), y=list(ys), name=name, mode="lines+markers",

@@ -21,6 +21,14 @@ __all__ = ["SYSTEM_PROMPTS", "prefix_cache_panel"]
 SYSTEM_PROMPTS = ("ROMEO: I pray thee, good Mercutio, ", "KING: Speak the speech, I pray you, ")
 
 
+def _hits(per_admission: list[int]) -> str:
+    """A request's prefix-cache hits in words: ``"waiting"`` before its first admission, else the
+    tokens hit at each admission (a recompute preemption re-admits it and looks up again)."""
+    if not per_admission:
+        return "waiting"
+    return "hit " + ", then ".join(map(str, per_admission)) + " tokens"
+
+
 def prefix_cache_panel(model=None, tokenizer=None, config: EngineConfig | None = None,
                        use_figure_widget: bool | None = None, load_model: bool = True):
     """The live panel; returns an ``ipywidgets.VBox`` whose ``.engine`` is the engine.
@@ -55,7 +63,7 @@ def prefix_cache_panel(model=None, tokenizer=None, config: EngineConfig | None =
         st = engine.stats
         rate = "" if not st.prefix_queries else (f"hit rate {st.prefix_hits}/{st.prefix_queries} prompt tokens "
                                                  f"= {st.prefix_hit_rate:.0%}<br>")
-        texts = "<br>".join(f"<b>{o.request_id}</b> (hit {o.cached_tokens} tokens): {t!r}"
+        texts = "<br>".join(f"<b>{o.request_id}</b> ({_hits(o.cached_tokens)}): {t!r}"
                             for o in engine.outputs() for t in (o.text or []))
         status.value = status_html(note, rate + texts)
 

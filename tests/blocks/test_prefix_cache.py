@@ -12,7 +12,7 @@ from hypothesis.stateful import invariant, precondition, rule
 
 from paged_kv.blocks import (BlockAllocator, BlockSpaceManager, FreeBlockQueue, PrefixCache, block_hashes,
                              blocks_needed, sha256_block_hash)
-from paged_kv.errors import BlockError, ConfigError
+from paged_kv.errors import BlockError, ConfigError, PromptError
 
 from test_manager import BlockManagerMachine  # noqa: E402  (tests/blocks is on sys.path)
 
@@ -43,6 +43,9 @@ def test_free_queue_errors():
     q.popleft(), q.popleft()
     with pytest.raises(BlockError, match="empty"):
         q.popleft()
+    for bad in (-1, 2.5, True):
+        with pytest.raises(ConfigError, match=f"num_blocks.*{bad!r}"):
+            FreeBlockQueue(bad)
 
 
 # --- hashes -----------------------------------------------------------------------------------
@@ -61,6 +64,25 @@ def test_chained_hashes_name_the_whole_prefix():
     assert block_hashes([1, 2], 2, "salt") != block_hashes([1, 2], 2)
     with pytest.raises(ConfigError, match="extra cache key"):
         block_hashes([1, 2], 2, 1.5)
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2.0, True])
+def test_a_bad_block_size_is_refused_by_name(bad):
+    with pytest.raises(ConfigError, match=f"block_size.*{bad!r}"):
+        block_hashes([1, 2, 3, 4], bad)
+    with pytest.raises(ConfigError, match=f"block_size.*{bad!r}"):
+        PrefixCache(bad)
+
+
+@pytest.mark.parametrize("tokens, named", [([1, 2.5], "2.5"), ([1, -3], "-3"), ([True, 2], "True"),
+                                           ("ab", "'ab'")])
+def test_a_bad_token_id_is_refused_not_truncated(tokens, named):
+    # int(2.5) would silently hash token 2: the block would be found by a prompt that holds token 2
+    with pytest.raises(PromptError, match=named):
+        block_hashes(tokens, 2)
+    with pytest.raises(PromptError, match=named):
+        sha256_block_hash(None, tokens)
+    assert block_hashes([1, 2, 3], 2) == block_hashes([1, 2, 9], 2)      # only full blocks are checked and hashed
 
 
 def test_the_token_check_settles_a_collision():

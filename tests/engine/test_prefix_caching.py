@@ -54,6 +54,14 @@ def test_caching_is_off_by_default():
                      enable_prefix_caching=True).scheduler_config()
 
 
+@pytest.mark.parametrize("salt", ["", 3, b"t1"])
+def test_a_cache_salt_must_be_a_non_empty_str(tiny, salt):
+    e = engine(tiny[0], num_gpu_blocks=8, enable_prefix_caching=True)
+    with pytest.raises(ConfigError, match=f"cache_salt.*{salt!r}"):
+        e.add_request([1, 2, 3], cache_salt=salt)
+    assert not e.has_unfinished_requests()
+
+
 def test_issue_hit_accounting_example(tiny):
     model, _ = tiny
     e = engine(model, num_gpu_blocks=6, max_num_batched_tokens=16, enable_prefix_caching=True)

@@ -4,10 +4,13 @@ LRU evictions where they happened, the radix tree spelling the prompts back, the
 import plotly.graph_objects as go
 import pytest
 
+from paged_kv.errors import ConfigError
+
 from paged_kv.engine import EngineConfig, LLMEngine
 from paged_kv.model.sampling import SamplingParams
-from paged_kv.viz.prefix_cache import (TRACE_NAMES, hit_rate_figure, pool_states, prefix_pool_figure, radix_tree,
+from paged_kv.viz.prefix_cache import (SHARED_EDGE_COLOR, TRACE_NAMES, hit_rate_figure, pool_states, prefix_pool_figure, radix_tree,
                                        radix_vs_blocks_figure, refresh_prefix_pool_figure)
+from paged_kv.viz.palette import COLORS, tint
 from paged_kv.widgets.prefix_cache import prefix_cache_panel
 
 
@@ -76,3 +79,28 @@ def test_panel_submits_and_steps(small_model):
         step.click()
     # the second arrives after one step of 32 tokens (the budget): 8 full blocks of the first are cached
     assert [o.cached_tokens for o in p.engine.outputs()] == [[0], [32]]
+    assert "R1</b> (hit 32 tokens)" in p.children[2].value      # in words, not a list
+
+
+def test_radix_edges_are_grey_when_shared_and_in_their_prompt_colour_otherwise():
+    prompts = ["ab-x", "ab-y", "cd"]
+    fig = radix_vs_blocks_figure(prompts, 2)
+    bottom = [sh for sh in fig.layout.shapes if sh.type == "rect" and sh.yref != "y"]
+    labels = [e[2] for e in radix_tree(prompts)]
+    assert labels == ["ab-", "x", "y", "cd"]
+    # "ab-" runs under prompts 0 and 1; "x" only under 0, "y" only under 1, "cd" only under 2
+    want = [SHARED_EDGE_COLOR, tint(COLORS[0], 0.55), tint(COLORS[1], 0.55), tint(COLORS[2], 0.55)]
+    assert [sh.fillcolor for sh in bottom] == want
+
+
+def test_figures_refuse_bad_input_by_name(run):
+    with pytest.raises(ConfigError, match="block_size.*0"):
+        radix_vs_blocks_figure(["ab"], 0)
+    with pytest.raises(ConfigError, match="non-empty str"):
+        radix_vs_blocks_figure([], 4)
+    with pytest.raises(ConfigError, match="'a' has 1 values for 2"):
+        hit_rate_figure([1, 2], {"a": [0.1]}, "t")
+    with pytest.raises(ConfigError, match="at least one"):
+        prefix_pool_figure([], "t")
+    with pytest.raises(ConfigError, match="active.*99"):
+        prefix_pool_figure(run.records, "t", active=99)
