@@ -17,8 +17,11 @@ max_tokens): requests that differ only there share blocks.
 
 **The hash.**  ``H`` is SHA-256 (:func:`sha256_block_hash`) over a canonical encoding (JSON of
 ``[parent hex, token ids, extra key]``): stable across processes and Python versions, unlike the
-built-in ``hash()``, which is salted per process for str and bytes (``PYTHONHASHSEED``).  vLLM v1
-offers ``sha256`` for the same reason (its ``prefix_caching_hash_algo``).
+built-in ``hash()``, which is salted per process for str and bytes (``PYTHONHASHSEED``) and only 64
+bits wide.  vLLM v1 used ``hash()`` by default until v0.10.2 and SHA-256 since (its
+``prefix_caching_hash_algo``: ``sha256``, ``sha256_cbor``, and the faster, non-cryptographic
+``xxhash``/``xxhash_cbor``), after a predictable ``hash(None)`` made crafted collisions feasible
+(advisory GHSA-rm76-4mrf-v9r8).  vLLM seeds the chain with a fixed ``NONE_HASH``; we use ``None``.
 
 **The token check.**  A hash is an index, not a proof: two different prefixes can, in
 principle, hash alike.  Each entry therefore stores the token ids of its whole prefix and the

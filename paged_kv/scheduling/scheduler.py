@@ -238,6 +238,8 @@ class Scheduler:
         num_preemptions, num_swapped_blocks: counters (blocks moved out, each shared block once).
         prefix_queries, prefix_hits: tokens looked up in the prefix cache at successful admissions,
             and tokens found (vLLM's prefix-cache queries and hits); their ratio is the hit rate.
+            Re-admissions after a preemption count here too; vLLM's ``PrefixCacheStats`` counts them
+            apart (``preempted_queries``, ``preempted_hits``).
     """
 
     def __init__(self, config: SchedulerConfig) -> None:
