@@ -21,7 +21,7 @@ built-in ``hash()``, which is salted per process for str and bytes (``PYTHONHASH
 bits wide.  vLLM v1 used ``hash()`` by default until v0.10.2 and SHA-256 since (its
 ``prefix_caching_hash_algo``: ``sha256``, ``sha256_cbor``, and the faster, non-cryptographic
 ``xxhash``/``xxhash_cbor``), after a predictable ``hash(None)`` made crafted collisions feasible
-(advisory GHSA-rm76-4mrf-v9r8).  vLLM seeds the chain with a fixed ``NONE_HASH``; we use ``None``.
+(advisory GHSA-rm76-4mrf-v9r8).  vLLM seeds the chain with a value, ``NONE_HASH``; we use ``None``.
 
 **The token check.**  A hash is an index, not a proof: two different prefixes can, in
 principle, hash alike.  Each entry therefore stores the token ids of its whole prefix and the
