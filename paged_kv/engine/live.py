@@ -147,7 +147,7 @@ class LiveRequests:
                     notes.append(f"request {seq} waits: needs {self.manager.blocks_to_append(seq)} "
                                  f"block, {self.manager.num_free_blocks} free, and nobody to preempt")
                     break
-                notes.append(self._preempt(victim))
+                notes.append(f"request {seq} needs a block, none is free: " + self._preempt(victim))
                 if victim == seq:
                     break
             if seq not in self.running or not self.manager.can_append(seq):
