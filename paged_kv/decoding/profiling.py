@@ -5,8 +5,9 @@ Chapters 1 and 2 compare recompute decoding with a KV cache step by step.  Time 
 actually ran, with PyTorch's ``FlopCounterMode``; we add a counting rule for the CPU's fused
 attention op, which PyTorch does not count by itself.  :func:`forward_flops` is the independent
 formula the book checks the count against (Kaplan et al. 2020, §2.1: ~2 FLOPs per parameter per
-token, plus attention).  :func:`decode_step_bytes` models the memory traffic of a cached decode
-step: all weights plus all cached K/V, which is why a cache step is O(t), not O(1).
+token, plus attention).  The bytes a cached decode step reads (all weights once, all cached K/V,
+which is why a cache step is O(t), not O(1)) are :func:`paged_kv.memory.decode_cost.decode_step_bytes`,
+re-exported here for the chapters that profile decoding.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
+from ..memory.decode_cost import decode_step_bytes
 from ..model.config import ModelConfig
 from ..model.llama import TinyLlama
 from ..validate import count
@@ -113,13 +115,3 @@ def forward_flops(cfg: ModelConfig, new_tokens: int, context_len: int) -> int:
                  + 3 * d * cfg.intermediate_size)
     matmul_params = L * per_layer + cfg.vocab_size * d  # + LM head (embedding lookup is free)
     return 2 * new_tokens * matmul_params + 4 * L * cfg.num_heads * hd * new_tokens * context_len
-
-
-def decode_step_bytes(cfg: ModelConfig, context_len: int, dtype_bytes: int) -> dict[str, int]:
-    """Bytes a cached decode step must read from memory: every weight once, every cached K/V once.
-
-    Returns ``{"weights": ..., "kv_cache": ...}`` in bytes.  The K/V part is
-    ``2 * L * Hkv * D * context_len * dtype_bytes``: it grows linearly with the context.
-    """
-    kv = 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * context_len * dtype_bytes
-    return {"weights": cfg.num_parameters() * dtype_bytes, "kv_cache": kv}

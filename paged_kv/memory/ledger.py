@@ -22,13 +22,15 @@ Legend: B batch, T tokens, L layers, Hkv kv heads, D head_dim.
 
 from __future__ import annotations
 
+import math
+
 from ..errors import ConfigError
 from ..validate import count
 from .kv_dtype import KVDType, get_kv_dtype
 from .presets import model_preset
 from .spec import WEIGHT_DTYPE_BITS, ModelSpec, weights_dtype_name
 
-__all__ = ["as_spec", "attention_variant", "kv_bytes_per_token", "kv_bytes_per_token_per_layer", "kv_cache_bytes",
+__all__ = ["as_spec", "attention_variant", "budget_range_for_slots", "kv_bytes_per_token", "kv_bytes_per_token_per_layer", "kv_cache_bytes",
            "kv_heads_per_gpu", "kv_slots", "tokens_to_reach", "weights_bytes"]
 
 
@@ -151,6 +153,31 @@ def tokens_to_reach(model, nbytes: int, batch_size: int = 1, kv_dtype: str | KVD
 def kv_slots(model, kv_bytes: int, kv_dtype: str | KVDType = "fp16", *, tp: int = 1) -> int:
     """How many tokens (the paper's "KV cache slots") fit in ``kv_bytes`` per GPU."""
     return count("kv_bytes", kv_bytes, 0) // kv_bytes_per_token(model, kv_dtype, tp=tp)
+
+
+def budget_range_for_slots(model, printed: str, kv_dtype: str | KVDType = "fp16", *,
+                           tp: int = 1) -> tuple[int, int]:
+    """The KV budgets (bytes per GPU, ``[low, high)``) whose slot count prints as ``printed``.
+
+    ``printed`` is a count rounded as a paper prints it: ``"9.7K"`` stands for any count in
+    ``[9,650, 9,750)``, ``"15.7K"`` for ``[15,650, 15,750)``, ``"512"`` for exactly 512.  E.g. the
+    vLLM paper's OPT-66B row (Table 1, "9.7K" slots, "21 GB"): 21.20-21.42 GiB.
+
+    Raises:
+        ConfigError: a ``printed`` that is not a decimal number with an optional ``K``/``M``.
+    """
+    text = printed.strip() if isinstance(printed, str) else ""
+    scale = {"K": 1000, "M": 10**6}.get(text[-1:].upper(), 1)
+    digits = text[:-1] if scale > 1 else text
+    try:
+        value = float(digits)
+    except ValueError:
+        raise ConfigError(f"printed must look like '9.7K', '60.1K' or '512', got {printed!r}") from None
+    decimals = len(digits.partition(".")[2])
+    half = scale * 10 ** -decimals / 2
+    low, high = math.ceil(value * scale - half), math.ceil(value * scale + half)
+    per_token = kv_bytes_per_token(model, kv_dtype, tp=tp)
+    return low * per_token, high * per_token
 
 
 def weights_bytes(model, weights_dtype: str | None = None, *, tp: int = 1) -> int:

@@ -55,7 +55,33 @@ def test_cache_holds_what_recompute_computes(small_model):
     small_model(ids, AttentionMetadata.for_prefill(lens, ids.shape[1]), cache)
     assert cache.seq_lens.tolist() == [len(p) for p in PROMPTS]
     assert cache.k[0][1, 1:].abs().sum() == 0  # prompt 1 has one token: rows 1.. untouched
-    assert res.cache_bytes == 2 * cfg.num_layers * 3 * (17 + 1) * cfg.num_kv_heads * cfg.head_dim * 4
+    # one new token: the prefill writes the prompts (longest 17) and nothing more is ever written
+    assert res.cache_bytes == 2 * cfg.num_layers * 3 * 17 * cfg.num_kv_heads * cfg.head_dim * 4
+
+
+@pytest.mark.parametrize("cache", ["recompute", "contiguous", "paged"])
+@pytest.mark.parametrize("new", [1, 2, 9])
+def test_cache_holds_prompt_plus_new_minus_one(small_model, cache, new):
+    """The last sampled token is returned, never fed back: every mode ends holding prompt + new - 1
+    tokens per sequence (recompute: the sequence its last forward ran over)."""
+    seen = {}
+    generate(small_model, PROMPTS, new, cache=cache, on_step=lambda step, dec: seen.update(dec=dec))
+    dec = seen["dec"]
+    want = [len(p) + new - 1 for p in PROMPTS]
+    if cache == "recompute":
+        assert [len(s) for s in dec.seqs] == want
+    else:
+        assert dec.seq_lens.tolist() == want
+    if cache == "paged":   # the default pool is exactly what those tokens occupy: no block unused
+        used = sum(-(-w // 16) for w in want)
+        assert dec.manager.num_blocks == used and dec.manager.num_free_blocks == 0
+
+
+def test_paged_pool_for_a_full_block_prompt_and_one_token(small_model):
+    """16 prompt tokens + 1 new token: the new token is never written, so 1 block, not 2."""
+    seen = {}
+    generate(small_model, [list(range(16))], 1, cache="paged", on_step=lambda s, d: seen.update(dec=d))
+    assert seen["dec"].manager.num_blocks == 1
 
 
 @pytest.mark.parametrize("prompts,n,err,match", [

@@ -6,6 +6,7 @@ import pytest
 from paged_kv.decoding import decode_step_bytes, forward_flops, profile_decoding
 from paged_kv.errors import ConfigError, PromptError
 from paged_kv.memory import kv_bytes_per_token
+from paged_kv.model import ModelConfig
 
 PROMPT = [3, 1, 4, 1, 5]
 
@@ -41,10 +42,15 @@ def test_without_counting_flops_are_zero(small_model):
 
 
 def test_decode_step_bytes_agree_with_the_ledger(small_cfg):
-    got = decode_step_bytes(small_cfg, context_len=37, dtype_bytes=2)
+    got = decode_step_bytes(small_cfg, context_len=37)
     assert got["kv_cache"] == 37 * kv_bytes_per_token(small_cfg, "fp16")
-    assert got["weights"] == small_cfg.num_parameters() * 2
-    assert decode_step_bytes(small_cfg, 74, 2)["kv_cache"] == 2 * got["kv_cache"]   # linear in t
+    # small_cfg ties its embedding: the LM head reads the whole table, so every weight is read
+    assert small_cfg.tie_embeddings and got["weights"] == small_cfg.num_parameters() * 2
+    assert decode_step_bytes(small_cfg, 74)["kv_cache"] == 2 * got["kv_cache"]   # linear in t
+    untied = ModelConfig(**{**small_cfg.to_dict(), "tie_embeddings": False})
+    # an untied input table is gathered (B rows), not read: only the LM head's copy counts
+    assert decode_step_bytes(untied, 37)["weights"] == (untied.num_parameters()
+                                                        - untied.vocab_size * untied.hidden_size) * 2
 
 
 @pytest.mark.parametrize("kwargs,err,match", [
