@@ -269,3 +269,46 @@ def test_static_calculator_in_headless_chromium(tmp_path, calc_data):
         assert state[0] == 2 and state[1][2] == "#FFF3C4" and state[1][0] != "#FFF3C4"
         assert errors == []
         browser.close()
+
+
+@pytest.mark.parametrize("preset", ["Mistral-7B", "Gemma-2-9B", "DeepSeek-V3", "Llama-3-8B", "OPT-13B"])
+def test_live_calculator_custom_starts_from_the_whole_preset(preset):
+    """Switching to custom changes nothing: the window (Mistral, Gemma-2), the MLA latent and fp8
+    weights (DeepSeek-V3) are copied and shown, and the plan is the preset's."""
+    pytest.importorskip("ipywidgets")
+    from paged_kv.widgets.memory import MemoryCalculator
+
+    calc = MemoryCalculator(model=preset, gpu="H200", seq_len=32768, batch_size=2, tp=8,
+                            use_figure_widget=False)
+    before = calc.plan
+    calc.model.value = "custom"
+    after = calc.plan
+    assert after is not None
+    fields = ("kv_bytes_per_token", "kv_bytes_per_sequence", "weights_bytes", "max_batch_size",
+              "weights_dtype", "max_position")
+    assert {f: getattr(after, f) for f in fields} == {f: getattr(before, f) for f in fields}
+    spec = memory.model_preset(preset)
+    assert calc.custom["sliding_window"].value == (spec.sliding_window or 0)
+    assert calc.custom["kv_lora_rank"].value == spec.kv_lora_rank
+    assert calc.custom["weights_dtype"].value == spec.weights_dtype
+    if preset == "Mistral-7B":   # clearing the window is visible and changes the cache
+        calc.custom["sliding_window"].value = 0
+        assert calc.plan.kv_bytes_per_sequence == 8 * before.kv_bytes_per_sequence
+
+
+def test_live_calculator_hides_the_figure_when_impossible():
+    pytest.importorskip("ipywidgets")
+    from paged_kv.widgets.memory import MemoryCalculator
+
+    calc = MemoryCalculator(use_figure_widget=False)
+    assert calc._figure_box.layout.display == ""
+    calc.tp.value = 16          # Llama-3-8B: 8 KV heads replicated twice is fine
+    assert calc.plan is not None and calc.plan.kv_bytes_per_token == 32 * 2 * 1 * 128 * 2
+    calc.model.value = "Qwen3-4B"
+    calc.tp.value = 32          # 32 query heads over 32 GPUs, 8 KV heads: fine; now make it impossible
+    calc.model.value = "Gemma-2-9B"   # 16 query heads cannot split over 32
+    assert calc.plan is None and "16 query heads" in calc.error
+    assert calc._figure_box.layout.display == "none"
+    calc.tp.value, calc.pp.value = 8, 2
+    assert calc.plan is not None and calc._figure_box.layout.display == ""
+    assert "TP=8 x PP=2" in calc.text.value
