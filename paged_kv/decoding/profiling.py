@@ -5,9 +5,10 @@ Chapters 1 and 2 compare recompute decoding with a KV cache step by step.  Time 
 actually ran, with PyTorch's ``FlopCounterMode``; we add a counting rule for the CPU's fused
 attention op, which PyTorch does not count by itself.  :func:`forward_flops` is the independent
 formula the book checks the count against (Kaplan et al. 2020, §2.1: ~2 FLOPs per parameter per
-token, plus attention).  The bytes a cached decode step reads (all weights once, all cached K/V,
-which is why a cache step is O(t), not O(1)) are :func:`paged_kv.memory.decode_cost.decode_step_bytes`,
-re-exported here for the chapters that profile decoding.
+token, plus attention).  :func:`decode_step_bytes` models the memory traffic of a cached decode
+step: every weight read once (but an untied input embedding table is only gathered), all cached
+K/V, which is why a cache step is O(t), not O(1).  The same count for the presets, with FLOPs,
+arithmetic intensity and the roofline, is :mod:`paged_kv.memory.decode_cost`.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from dataclasses import dataclass
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from ..memory.decode_cost import decode_step_bytes
 from ..model.config import ModelConfig
 from ..model.llama import TinyLlama
 from ..validate import count
@@ -115,3 +115,23 @@ def forward_flops(cfg: ModelConfig, new_tokens: int, context_len: int) -> int:
                  + 3 * d * cfg.intermediate_size)
     matmul_params = L * per_layer + cfg.vocab_size * d  # + LM head (embedding lookup is free)
     return 2 * new_tokens * matmul_params + 4 * L * cfg.num_heads * hd * new_tokens * context_len
+
+
+def decode_step_bytes(cfg: ModelConfig, context_len: int, batch_size: int = 1,
+                      dtype_bytes: int = 2) -> dict[str, int]:
+    """Bytes a cached decode step of ``batch_size`` sequences reads: ``{"weights", "kv_cache"}``.
+
+    ``weights``: every parameter once, shared by the whole batch, except an untied input
+    embedding table (``vocab x hidden``), from which the step only gathers ``B`` rows; a tied
+    table is read whole by the LM head.  ``kv_cache``: ``2 L Hkv D t B`` elements, linear in the
+    context ``t`` and the batch.  ``dtype_bytes`` per element for both (2: fp16/bf16).
+
+    Raises:
+        ConfigError: a negative context, a batch below 1 or ``dtype_bytes`` below 1.
+    """
+    t = count("context_len", context_len, 0)
+    b = count("batch_size", batch_size, 1)
+    e = count("dtype_bytes", dtype_bytes, 1)
+    gathered = 0 if cfg.tie_embeddings else cfg.vocab_size * cfg.hidden_size
+    kv = 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * t * b * e
+    return {"weights": (cfg.num_parameters() - gathered) * e, "kv_cache": kv}

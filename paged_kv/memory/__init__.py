@@ -13,8 +13,8 @@ Pure Python (no torch), so the static calculator can run where torch does not.  
 Byte units (``GiB`` vs ``GB``, :func:`format_bytes`) live in the leaf :mod:`paged_kv.units`.
 """
 
-from .decode_cost import (arithmetic_intensity, decode_step_bytes, decode_step_flops, ridge_point,
-                          roofline_tokens_per_s, weights_read_per_step)
+from .decode_cost import (arithmetic_intensity, ridge_point, roofline_tokens_per_s, step_bytes, step_flops,
+                          weights_read_per_step)
 from .kv_dtype import KV_DTYPES, KVDType, get_kv_dtype
 from .ledger import (as_spec, attention_variant, budget_range_for_slots, layers_per_stage, kv_bytes_per_token, kv_bytes_per_token_per_layer, kv_cache_bytes,
                      kv_heads_per_gpu, kv_slots, tokens_to_reach, weights_bytes)
@@ -27,6 +27,6 @@ __all__ = [
     "WEIGHT_DTYPE_BITS", "as_spec", "attention_variant", "budget_range_for_slots", "layers_per_stage", "get_kv_dtype", "gpu_preset", "kv_bytes_per_token",
     "kv_bytes_per_token_per_layer", "kv_cache_bytes", "kv_heads_per_gpu", "kv_slots", "max_batch_size",
     "max_tokens", "model_preset", "plan_memory", "tiny_spec", "tokens_to_reach", "weights_bytes",
-    "weights_dtype_name", "arithmetic_intensity", "decode_step_bytes", "decode_step_flops", "ridge_point",
-    "roofline_tokens_per_s", "weights_read_per_step",
+    "weights_dtype_name", "arithmetic_intensity", "ridge_point", "roofline_tokens_per_s", "step_bytes",
+    "step_flops", "weights_read_per_step",
 ]

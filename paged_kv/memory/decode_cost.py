@@ -23,7 +23,9 @@ Transformer Inference"), with the per-byte rule above.
 
 Not modelled: MLA (its decode attention runs on the latent; :class:`ConfigError`), activation
 traffic, the ``B`` gathered embedding rows (``B x hidden x 2`` bytes, negligible), kernels'
-overheads.  Units: bytes (int), FLOPs (int), seconds, tokens per second.
+overheads.  Units: bytes (int), FLOPs (int), seconds, tokens per second.  For the package's own
+:class:`~paged_kv.model.ModelConfig`, :func:`paged_kv.decoding.decode_step_bytes` counts the same
+bytes on the model layer's side (``tests/decoding/test_profiling.py`` checks they agree).
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from .ledger import as_spec, kv_cache_bytes, kv_heads_per_gpu
 from .presets import gpu_preset
 from .spec import WEIGHT_DTYPE_BITS, GPUSpec, weights_dtype_name
 
-__all__ = ["arithmetic_intensity", "decode_step_bytes", "decode_step_flops", "ridge_point",
+__all__ = ["arithmetic_intensity", "step_bytes", "step_flops", "ridge_point",
            "roofline_tokens_per_s", "weights_read_per_step"]
 
 
@@ -53,7 +55,7 @@ def weights_read_per_step(model, weights_dtype: str | None = None, *, tp: int = 
     return -(-(spec.num_params - spec.gathered_params) * bits // (8 * tp))
 
 
-def decode_step_bytes(model, context_len: int, batch_size: int = 1, kv_dtype: str | KVDType = "fp16",
+def step_bytes(model, context_len: int, batch_size: int = 1, kv_dtype: str | KVDType = "fp16",
                       weights_dtype: str | None = None, *, tp: int = 1) -> dict[str, int]:
     """Bytes one decode step reads on each GPU: ``{"weights": ..., "kv_cache": ...}``.
 
@@ -76,7 +78,7 @@ def decode_step_bytes(model, context_len: int, batch_size: int = 1, kv_dtype: st
             "kv_cache": kv_cache_bytes(spec, context_len, batch_size, kv_dtype, tp=tp)}
 
 
-def decode_step_flops(model, context_len: int, batch_size: int = 1, *, tp: int = 1) -> dict[str, int]:
+def step_flops(model, context_len: int, batch_size: int = 1, *, tp: int = 1) -> dict[str, int]:
     """FLOPs of one decode step on each GPU: ``{"linear": ..., "attention": ...}``.
 
     ``linear = 2 B (params - gathered_params) / tp`` (projections, MLP, LM head);
@@ -109,11 +111,11 @@ def arithmetic_intensity(model, context_len: int, batch_size: int = 1, kv_dtype:
 
     Raises:
         ConfigError: ``context_len < 1`` (no cached byte to divide by), and as
-            :func:`decode_step_flops`.
+            :func:`step_flops`.
     """
     count("context_len", context_len, 1)
-    f = decode_step_flops(model, context_len, batch_size, tp=tp)
-    b = decode_step_bytes(model, context_len, batch_size, kv_dtype, weights_dtype, tp=tp)
+    f = step_flops(model, context_len, batch_size, tp=tp)
+    b = step_bytes(model, context_len, batch_size, kv_dtype, weights_dtype, tp=tp)
     return {"linear": f["linear"] / b["weights"], "attention": f["attention"] / b["kv_cache"],
             "step": (f["linear"] + f["attention"]) / (b["weights"] + b["kv_cache"])}
 
@@ -144,9 +146,9 @@ def roofline_tokens_per_s(model, gpu: str | GPUSpec, context_len: int, batch_siz
     ``tp`` group).  Real engines reach some fraction of it.
 
     Raises:
-        ConfigError / UnknownPresetError: as :func:`decode_step_bytes`, :func:`ridge_point`.
+        ConfigError / UnknownPresetError: as :func:`step_bytes`, :func:`ridge_point`.
     """
     g = _gpu(gpu)
-    nbytes = sum(decode_step_bytes(model, context_len, batch_size, kv_dtype, weights_dtype, tp=tp).values())
-    flops = sum(decode_step_flops(model, context_len, batch_size, tp=tp).values())
+    nbytes = sum(step_bytes(model, context_len, batch_size, kv_dtype, weights_dtype, tp=tp).values())
+    flops = sum(step_flops(model, context_len, batch_size, tp=tp).values())
     return batch_size / max(nbytes / g.bandwidth, flops / g.peak_flops)

@@ -5,7 +5,7 @@ import pytest
 
 from paged_kv.decoding import decode_step_bytes, forward_flops, profile_decoding
 from paged_kv.errors import ConfigError, PromptError
-from paged_kv.memory import kv_bytes_per_token
+from paged_kv.memory import kv_bytes_per_token, step_bytes
 from paged_kv.model import ModelConfig
 
 PROMPT = [3, 1, 4, 1, 5]
@@ -51,6 +51,9 @@ def test_decode_step_bytes_agree_with_the_ledger(small_cfg):
     # an untied input table is gathered (B rows), not read: only the LM head's copy counts
     assert decode_step_bytes(untied, 37)["weights"] == (untied.num_parameters()
                                                         - untied.vocab_size * untied.hidden_size) * 2
+    assert decode_step_bytes(untied, 37, batch_size=3)["kv_cache"] == 3 * got["kv_cache"]
+    for c in (small_cfg, untied):   # the model layer's count and the ledger's agree
+        assert decode_step_bytes(c, 37, 3) == step_bytes(c, 37, 3, weights_dtype="fp16")
 
 
 @pytest.mark.parametrize("kwargs,err,match", [

@@ -4,8 +4,8 @@ roofline; every expected value derived by hand from the public configs and datas
 import pytest
 
 from paged_kv.errors import ConfigError
-from paged_kv.memory import (arithmetic_intensity, budget_range_for_slots, decode_step_bytes,
-                             decode_step_flops, kv_bytes_per_token, model_preset, ridge_point,
+from paged_kv.memory import (arithmetic_intensity, budget_range_for_slots, step_bytes,
+                             step_flops, kv_bytes_per_token, model_preset, ridge_point,
                              roofline_tokens_per_s, tokens_to_reach, weights_read_per_step)
 from paged_kv.units import GiB
 
@@ -37,9 +37,9 @@ def test_kv_outweighs_weights_read_beyond(batch, expected):
 
 
 def test_step_bytes_grow_with_t_and_b():
-    b = decode_step_bytes("Llama-3-8B", 1000, 4)
+    b = step_bytes("Llama-3-8B", 1000, 4)
     assert b == {"weights": (PARAMS - EMB) * 2, "kv_cache": 4 * 1000 * KV_PER_TOKEN}
-    assert decode_step_bytes("Llama-3-8B", 0, 1)["kv_cache"] == 0
+    assert step_bytes("Llama-3-8B", 0, 1)["kv_cache"] == 0
 
 
 @pytest.mark.parametrize("name,ratio", [("Llama-2-7B", 1), ("Llama-3-8B", 4), ("Llama-2-70B", 8)])
@@ -52,11 +52,11 @@ def test_attention_intensity_is_h_over_hkv_whatever_the_batch(name, ratio, batch
 
 
 def test_step_flops_by_hand():
-    f = decode_step_flops("Llama-3-8B", 100, 2)
+    f = step_flops("Llama-3-8B", 100, 2)
     assert f["linear"] == 2 * 2 * (PARAMS - EMB)
     assert f["attention"] == 4 * 2 * 32 * 32 * 128 * 100
     with pytest.raises(ConfigError, match="MLA"):
-        decode_step_flops("DeepSeek-V3", 100, 1)
+        step_flops("DeepSeek-V3", 100, 1)
 
 
 def test_ridge_points_from_datasheets():
