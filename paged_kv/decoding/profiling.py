@@ -25,7 +25,8 @@ from ..validate import count
 from .decoders import make_decoder
 from .generate import check_prompts
 
-__all__ = ["StepCost", "decode_step_bytes", "forward_flops", "profile_decoding"]
+__all__ = ["StepCost", "attention_crossover", "attention_flops", "decode_step_bytes", "forward_flops",
+           "profile_decoding"]
 
 
 @dataclass(frozen=True)
@@ -103,6 +104,35 @@ def profile_decoding(model: TinyLlama, prompt: list[int], max_new_tokens: int, c
     return out
 
 
+def attention_flops(cfg: ModelConfig, new_tokens: int, context_len: int) -> int:
+    """The attention part of :func:`forward_flops`: ``4 L H D new_tokens context_len`` (``QK^T``
+    and ``PV``, 2 FLOPs per multiply-add, every query head against every key it is scored with).
+
+    This is what the torch path computes: the full masked ``t x t`` score matrix of a recompute
+    step.  A causal kernel that skips masked tiles (``kernels/prefill_attention.py``) does about
+    ``t (t + 1) / 2`` of the ``t^2`` products.
+    """
+    return 4 * cfg.num_layers * cfg.num_heads * cfg.head_dim * new_tokens * context_len
+
+
+def attention_crossover(cfg: ModelConfig, cumulative: bool = False) -> int:
+    """The shortest sequence at which attention's FLOPs reach the linear layers' in recompute
+    decoding (:func:`forward_flops` with ``new_tokens = context_len``).
+
+    Per step (``cumulative=False``): the smallest ``t`` with ``4 L H D t^2 >= 2 t P``, where ``P``
+    is the matmul parameters, i.e. ``t >= P / (2 L H D)``.  Summed over steps ``1..n``
+    (``cumulative=True``): the smallest ``n`` with ``4 L H D n(n+1)(2n+1)/6 >= P n(n+1)``, about
+    ``1.5x`` the per-step crossover (attention grows as ``n^3 / 3``, the linear layers as ``n^2``).
+    Both may lie beyond ``cfg.max_seq_len`` (then the model never shows it).
+    """
+    a = attention_flops(cfg, 1, 1)                       # 4 L H D
+    p2 = forward_flops(cfg, 1, 0)                        # 2 P
+    if not cumulative:
+        return -(-p2 // a)
+    # 4LHD (2n + 1) / 6 >= P  <=>  a (2n + 1) >= 3 p2
+    return max(1, -(-(3 * p2 - a) // (2 * a)))
+
+
 def forward_flops(cfg: ModelConfig, new_tokens: int, context_len: int) -> int:
     """Matmul FLOPs of one forward pass over ``new_tokens`` tokens that attend to ``context_len``.
 
@@ -114,7 +144,7 @@ def forward_flops(cfg: ModelConfig, new_tokens: int, context_len: int) -> int:
     per_layer = (d * cfg.num_heads * hd + 2 * d * cfg.num_kv_heads * hd + cfg.num_heads * hd * d
                  + 3 * d * cfg.intermediate_size)
     matmul_params = L * per_layer + cfg.vocab_size * d  # + LM head (embedding lookup is free)
-    return 2 * new_tokens * matmul_params + 4 * L * cfg.num_heads * hd * new_tokens * context_len
+    return 2 * new_tokens * matmul_params + attention_flops(cfg, new_tokens, context_len)
 
 
 def decode_step_bytes(cfg: ModelConfig, context_len: int, batch_size: int = 1,
