@@ -19,11 +19,11 @@ from .kv_dtype import KV_DTYPES, KVDType, get_kv_dtype
 from .ledger import (as_spec, attention_variant, budget_range_for_slots, layers_per_stage, kv_bytes_per_token, kv_bytes_per_token_per_layer, kv_cache_bytes,
                      kv_heads_per_gpu, kv_slots, tokens_to_reach, weights_bytes)
 from .plan import MemoryPlan, max_batch_size, max_tokens, plan_memory
-from .presets import GPU_PRESETS, MODEL_PRESETS, PAPER_TABLE1, gpu_preset, model_preset, tiny_spec
+from .presets import GPU_PRESETS, MODEL_PRESETS, PAPER_FIG1, PAPER_TABLE1, gpu_preset, model_preset, tiny_spec
 from .spec import WEIGHT_DTYPE_BITS, GPUSpec, ModelSpec, weights_dtype_name
 
 __all__ = [
-    "GPU_PRESETS", "GPUSpec", "KVDType", "KV_DTYPES", "MODEL_PRESETS", "MemoryPlan", "ModelSpec", "PAPER_TABLE1",
+    "GPU_PRESETS", "GPUSpec", "KVDType", "KV_DTYPES", "MODEL_PRESETS", "MemoryPlan", "ModelSpec", "PAPER_FIG1", "PAPER_TABLE1",
     "WEIGHT_DTYPE_BITS", "as_spec", "attention_variant", "budget_range_for_slots", "layers_per_stage", "get_kv_dtype", "gpu_preset", "kv_bytes_per_token",
     "kv_bytes_per_token_per_layer", "kv_cache_bytes", "kv_heads_per_gpu", "kv_slots", "max_batch_size",
     "max_tokens", "model_preset", "plan_memory", "tiny_spec", "tokens_to_reach", "weights_bytes",

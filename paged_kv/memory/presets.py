@@ -25,7 +25,7 @@ from ..errors import UnknownPresetError
 from ..units import MiB
 from .spec import GPUSpec, ModelSpec, deepseek_v3_num_parameters, llama_num_parameters, opt_num_parameters
 
-__all__ = ["GPU_PRESETS", "MODEL_PRESETS", "PAPER_TABLE1", "gpu_preset", "model_preset", "tiny_spec"]
+__all__ = ["GPU_PRESETS", "MODEL_PRESETS", "PAPER_FIG1", "PAPER_TABLE1", "gpu_preset", "model_preset", "tiny_spec"]
 
 
 # --- the presets --------------------------------------------------------------------------
@@ -168,3 +168,8 @@ PAPER_TABLE1 = [
     {"model": "OPT-66B", "gpus": "4 x A100 (40 GB)", "tp": 4, "kv_gb": 21, "slots_printed": "9.7K"},
     {"model": "OPT-175B", "gpus": "8 x A100-80GB", "tp": 8, "kv_gb": 264, "slots_printed": "60.1K"},
 ]
+
+# The vLLM paper's Fig. 1 (left) as printed: OPT-13B served on one NVIDIA A100 (40 GB); the
+# parameters take "26GB, 65%", the KV cache ">30%", activations and the rest the remainder.
+PAPER_FIG1 = {"model": "OPT-13B", "gpu": "A100-40GB", "weights_gb": 26, "weights_share": 0.65,
+              "kv_share_at_least": 0.30}

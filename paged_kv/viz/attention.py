@@ -121,9 +121,11 @@ def attention_triangle_figure(mode: str, t_values: Sequence[int] = tuple(range(2
     fig.update_layout(
         title=dict(text=_counts(t0, mode), font=dict(size=14)), height=520,
         margin=dict(l=40, r=10, t=40, b=150),
-        xaxis=dict(side="top", title=None, tickfont=dict(size=10), fixedrange=True),
-        yaxis=dict(autorange="reversed", tickfont=dict(size=10), fixedrange=True, scaleanchor="x"),
+        xaxis=dict(side="top", title=None, tickfont=dict(size=10), fixedrange=True, showgrid=False,
+                   zeroline=False),
+        yaxis=dict(autorange="reversed", tickfont=dict(size=10), fixedrange=True, scaleanchor="x",
+                   showgrid=False, zeroline=False),
         legend=dict(orientation="h", y=-0.02, yanchor="top", x=0, font=dict(size=11)))
-    fig.update_layout(sliders=[{**fig.layout.sliders[0].to_plotly_json(), "y": -0.25}],
+    fig.update_layout(sliders=[{**fig.layout.sliders[0].to_plotly_json(), "y": -0.25, "x": 0.1, "len": 0.9}],
                       updatemenus=[{**fig.layout.updatemenus[0].to_plotly_json(), "y": -0.25}])
     return fig

@@ -146,20 +146,23 @@ def _beyond_marks(data: dict, c: int) -> list:
 
 
 def gpu_fit_figure(data: dict) -> go.Figure:
-    """Grouped bars: models x GPUs; a slider picks the context length.
+    """Grouped dots (one per GPU) on a log axis: models x GPUs; a slider picks the context length.
 
-    Labels stand upright above their bars (side by side they would run together), on a log
-    axis fixed over all contexts so the slider compares like with like.  A model whose maximum
-    context is below the slider's value shows no bars and a "beyond max context" mark.
+    Dots, not bars: a bar on a log axis has no meaningful length.  Each dot carries its count as
+    a label; the axis is fixed over all contexts (so the slider compares like with like) and
+    labelled at powers of ten only.  A model whose maximum context is below the slider's value
+    shows no dots and a "beyond max context" mark.
     """
     fig = go.Figure()
     c0 = data["contexts"][0]
     for i, g in enumerate(data["gpus"]):
         y, labels = _fit_bars(data, c0, g)
-        fig.add_trace(go.Bar(x=data["models"], y=y, name=g, marker_color=COLORS[i % len(COLORS)],
-                             text=labels, textposition="outside", textangle=-90,
-                             cliponaxis=False, textfont=dict(size=10), constraintext="none",
-                             hovertemplate=f"{g}: %{{y:,}} sequences<extra>%{{x}}</extra>"))
+        fig.add_trace(go.Scatter(x=data["models"], y=y, name=g, mode="markers+text",
+                                 marker=dict(color=COLORS[i % len(COLORS)], size=11,
+                                             line=dict(width=1, color="white")),
+                                 text=labels, textposition="middle right", cliponaxis=False,
+                                 textfont=dict(size=9, color=COLORS[i % len(COLORS)]),
+                                 hovertemplate=f"{g}: %{{y:,}} sequences<extra>%{{x}}</extra>"))
     steps = []
     for c in data["contexts"]:
         bars = [_fit_bars(data, c, g) for g in data["gpus"]]
@@ -172,13 +175,13 @@ def gpu_fit_figure(data: dict) -> go.Figure:
     ticks = [f"{m}<br><sup>max {_k(t)}</sup>" if t else m
              for m, t in zip(data["models"], data["max_position"])]
     fig.update_layout(
-        barmode="group", height=520, margin=dict(l=60, r=20, t=70, b=40),
+        scattermode="group", scattergap=0.35, height=520, margin=dict(l=60, r=20, t=70, b=40),
         title=f"Sequences that fit on one GPU (TP={data['tp']}, KV in {data['kv_dtype']}, "
-              f"{RESERVE_FRACTION:.0%} reserve)<br><sup>weights in their serving dtype; no bar: the weights alone "
+              f"{RESERVE_FRACTION:.0%} reserve)<br><sup>weights in their serving dtype; no dot: the weights alone "
               f"do not fit, or the context is {BEYOND} (marked)</sup>",
         title_font_size=14, annotations=_beyond_marks(data, c0),
         xaxis=dict(tickvals=data["models"], ticktext=ticks),
-        yaxis=dict(title="concurrent sequences (log)", type="log", range=[-0.15, top + 0.75]),
+        yaxis=dict(title="concurrent sequences (log)", type="log", range=[-0.15, top + 0.75], dtick=1),
         legend=dict(orientation="h", y=-0.14, x=0.5, xanchor="center", yanchor="top"),
         sliders=[dict(active=0, steps=steps, currentvalue=dict(prefix="context length: "),
                       pad=dict(t=80))])
@@ -204,7 +207,8 @@ def _describe(spec) -> str:
 
 
 def attention_variants_figure(data: dict) -> go.Figure:
-    """Bars of KiB per token: the whole model, and what each GPU keeps under tensor parallelism."""
+    """Bars of KiB per token on a linear axis (lengths proportional, each bar labelled): the whole
+    model, and what each GPU keeps under tensor parallelism."""
     labels = [r["label"] for r in data["rows"]]
     fig = go.Figure()
     for i, (key, name) in enumerate([("whole", "whole model (one GPU)"),
@@ -216,8 +220,8 @@ def attention_variants_figure(data: dict) -> go.Figure:
     fig.update_layout(
         barmode="group", height=420, margin=dict(l=60, r=20, t=60, b=60),
         title=f"KV bytes per token, {data['model']}'s shape ({data['kv_dtype']})",
-        yaxis=dict(title="KiB per token (log)", type="log"),
-        legend=dict(orientation="h", y=1.0, x=1, xanchor="right", yanchor="bottom"))
+        yaxis=dict(title="KiB per token", rangemode="tozero"),
+        legend=dict(orientation="h", y=-0.25, x=0, yanchor="top"))
     return fig
 
 
@@ -426,7 +430,8 @@ def calculator_figure(data: dict, model: str | None = None, gpu: str | None = No
 def gpu_memory_parts(plan) -> dict:
     """Plain numbers of one GPU from a :class:`~paged_kv.memory.MemoryPlan` (bytes, per GPU)."""
     used = plan.weights_bytes + plan.reserve_bytes + plan.kv_bytes
-    return {"title": f"one of {plan.tp} x {plan.gpu}: {plan.batch_size} x {plan.seq_len:,} tokens",
+    group = f"{plan.tp} x {plan.gpu}" if plan.pp == 1 else f"{plan.tp * plan.pp} x {plan.gpu} (PP={plan.pp})"
+    return {"title": f"one of {group}: {plan.batch_size} x {plan.seq_len:,} tokens",
             "gpu_bytes": plan.gpu_bytes, "parts": {
                 "weights": plan.weights_bytes, "reserve": plan.reserve_bytes,
                 f"KV cache ({plan.kv_dtype})": plan.kv_bytes, "free": max(0, plan.gpu_bytes - used)}}

@@ -73,11 +73,12 @@ def test_gpu_fit_marks_contexts_beyond_a_models_maximum():
     assert "max 2K" in fig.layout.xaxis.ticktext[0]
 
 
-def test_gpu_fit_labels_stand_upright_inside_a_fixed_axis():
-    # side by side, horizontal labels of neighbouring bars ran together ("456456")
+def test_gpu_fit_draws_dots_on_its_log_axis_inside_a_fixed_range():
+    # a bar's length on a log axis means nothing: dots, labelled, at powers of ten only
     data = vm.gpu_fit_data(["Qwen3-4B", "Llama-2-7B"], list(memory.GPU_PRESETS), contexts=[1024, 4096])
     fig = vm.gpu_fit_figure(data)
-    assert all(t.textangle == -90 and t.textposition == "outside" for t in fig.data)
+    assert all(t.type == "scatter" and t.mode == "markers+text" for t in fig.data)
+    assert fig.layout.yaxis.type == "log" and fig.layout.yaxis.dtick == 1
     largest = max(v for c in data["batch"] for g in data["batch"][c] for v in data["batch"][c][g])
     low, high = fig.layout.yaxis.range
     assert low < 0 and high >= math.log10(largest) + 0.5  # room above the tallest bar for its label
@@ -91,6 +92,7 @@ def test_attention_variants_figure():
     assert per_token["MLA"] == (80 * 576 * 2,) * 2
     fig = vm.attention_variants_figure(data)
     assert [round(v * 1024) for v in fig.data[0].y] == [r["whole"] for r in data["rows"]]
+    assert fig.layout.yaxis.type != "log"   # bars: lengths proportional to the bytes
 
 
 def _column(cells, header):
