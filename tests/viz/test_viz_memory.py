@@ -116,7 +116,7 @@ def test_static_calculator_every_choice_matches_the_package(calc_data):
                 plan = memory.plan_memory(mb.label, g, c)
                 if c > MAX_CONTEXT[mb.label]:  # beyond the model's maximum: no numbers
                     assert col[ci] == vm.DASH
-                    assert vm.BEYOND in _column(cells[tables[gi]], "context (tokens)")[ci]
+                    assert vm.BEYOND_MARK in _column(cells[tables[gi]], "context (tokens)")[ci]
                     assert mb.args[0]["cells.font.color"][tables[gi]][0][ci] == vm.GREY
                 else:
                     assert col[ci] == (f"{plan.max_batch_size:,}" if plan.weights_fit else vm.NO_ROOM)
@@ -140,8 +140,8 @@ def test_static_calculator_initial_state(calc_data):
     shown = [t for t in fig.data if t.type == "table" and t.visible]
     assert len(shown) == 1
     per_seq = _column(shown[0].cells.values, "KV / sequence")
-    assert per_seq[1] == f"{2 * 32 * 8 * 128 * 2 * 8192 / 2**30:,.2f} GiB" == "1.00 GiB"
-    assert per_seq[0] == f"{2 * 32 * 8 * 128 * 2 * 2048 / 2**20:,.2f} MiB" == "256.00 MiB"
+    assert per_seq[1] == f"{2 * 32 * 8 * 128 * 2 * 8192 / 2**30:.0f} GiB" == "1 GiB"
+    assert per_seq[0] == f"{2 * 32 * 8 * 128 * 2 * 2048 / 2**20:.0f} MiB" == "256 MiB"
     assert fig.layout.shapes[0].x0 == 2
     assert vm.calculator_figure(calc_data).layout.shapes[0].x0 == CONTEXTS.index(8192)  # the default
 
@@ -150,7 +150,24 @@ def test_static_calculator_says_when_the_weights_do_not_fit(calc_data):
     fig = vm.calculator_figure(calc_data, model="DeepSeek-V3", gpu="T4")
     table = [t for t in fig.data if t.type == "table" and t.visible][0]
     assert set(_column(table.cells.values, "max batch")) == {vm.NO_ROOM}
-    assert set(_column(table.cells.values, "KV at that batch")) == {vm.NO_WEIGHTS}  # not "0.0 GiB"
+    note = [t for t in fig.data if t.meta and t.meta.get("kind") == "note" and t.visible][0]
+    assert list(note.y) == [1] and "nothing fits" in note.text[0]      # said, not an empty chart
+    # switching the model restyles the note with the lines
+    llama = [b for b in fig.layout.updatemenus[0].buttons if b.label == "Llama-3-8B"][0]
+    notes = [i for i, t in enumerate(fig.data) if t.meta and t.meta.get("kind") == "note"]
+    fits_somewhere = {g: any(r["batch_tp"][tp] and r["batch_tp"][tp] > 0 and not r["beyond"]
+                             for r in calc_data["models"]["Llama-3-8B"]["cases"][g] for tp in calc_data["tps"])
+                      for g in GPUS}
+    for i, g in zip(notes, GPUS):
+        assert list(llama.args[0]["y"][i]) == ([None] if fits_somewhere[g] else [1])
+
+
+def test_static_calculator_highlight_and_marker_differ_from_every_series(calc_data):
+    fig = vm.calculator_figure(calc_data, model="Llama-3-8B", gpu="H200")
+    series = {t.line.color for t in fig.data if t.type == "scatter" and t.mode != "text"}
+    assert vm.MARKER_COLOR not in series and vm.HIGHLIGHT not in series
+    assert fig.layout.shapes[0].line.color == vm.MARKER_COLOR
+    assert vm.calculator_data(["Llama-3-8B"], ["H100-80GB"], [8192])["tps"][-1] == 16   # TP=16 offered
 
 
 def test_static_calculator_small_sizes_in_mib_and_beyond_max_rows():
@@ -163,9 +180,9 @@ def test_static_calculator_small_sizes_in_mib_and_beyond_max_rows():
     assert f"{mib:,.2f} MiB ({mb:,.2f} MB)" in note and "0.0 GiB" not in note
     table = [t for t in fig.data if t.type == "table" and t.visible][0]
     per_seq = _column(table.cells.values, "KV / sequence")
-    assert per_seq[1] == f"{512 * memory.kv_bytes_per_token(spec) / 2**20:,.2f} MiB"
-    assert per_seq[2] == vm.DASH and vm.BEYOND in _column(table.cells.values, "context (tokens)")[2]
-    lines = [t for t in fig.data if t.type == "scatter" and t.visible]
+    assert per_seq[1] == f"{512 * memory.kv_bytes_per_token(spec) / 2**20:.3g} MiB"
+    assert per_seq[2] == vm.DASH and vm.BEYOND_MARK in _column(table.cells.values, "context (tokens)")[2]
+    lines = [t for t in fig.data if t.type == "scatter" and t.visible and t.meta["kind"] == "line"]
     assert all(t.y[2] is None for t in lines)  # no point beyond the model's maximum
     # lines that may coincide stay distinguishable: each TP has its own dash and marker
     assert len({t.line.dash for t in lines}) == len({t.marker.symbol for t in lines}) == len(lines) == 3
@@ -314,3 +331,43 @@ def test_live_calculator_hides_the_figure_when_impossible():
     calc.tp.value, calc.pp.value = 8, 2
     assert calc.plan is not None and calc._figure_box.layout.display == ""
     assert "TP=8 x PP=2" in calc.text.value
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("width", [1280, 400])
+def test_static_calculator_highlighted_row_is_visible(tmp_path, width):
+    """The last row (131,072 tokens) highlighted: it lies inside the table's area, not clipped
+    below it, in a 1280 px window and on a 400 px phone."""
+    sync_api = pytest.importorskip("playwright.sync_api")
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        pytest.skip("no chromium")
+    import plotly
+    import plotly.io as pio
+
+    data = vm.calculator_data(["Llama-3-8B", "DeepSeek-V3"], ["H100-80GB", "T4"])
+    last = len(data["contexts"]) - 1
+    fig = vm.calculator_figure(data, model="DeepSeek-V3", gpu="H100-80GB", context_index=last)
+    plotly_js = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
+    page_file = tmp_path / "calc.html"
+    page_file.write_text(pio.to_html(fig, include_plotlyjs=False, full_html=True, config={"responsive": True})
+                         .replace("<head>", f"<head><script>{plotly_js.read_text()}</script>", 1))
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+        page = browser.new_page(viewport={"width": width, "height": 1000})
+        page.goto(page_file.as_uri())
+        page.wait_for_selector(".js-plotly-plot .table")
+        page.wait_for_timeout(500)
+        box = page.evaluate("""() => {
+            const gd = document.querySelector('.js-plotly-plot'), s = gd._fullLayout._size;
+            const t = gd._fullData.filter(t => t.type === 'table' && t.visible === true)[0];
+            const top = gd.getBoundingClientRect().top + s.t + (1 - t.domain.y[1]) * s.h;
+            const bottom = gd.getBoundingClientRect().top + s.t + (1 - t.domain.y[0]) * s.h;
+            const cell = Array.from(document.querySelectorAll('.table .cell-text'))
+                .filter(e => e.textContent.startsWith('131,072'))[0].getBoundingClientRect();
+            return {top, bottom, cell_top: cell.top, cell_bottom: cell.bottom,
+                    page: document.documentElement.scrollWidth};
+        }""")
+        browser.close()
+    assert box["top"] <= box["cell_top"] and box["cell_bottom"] <= box["bottom"], box
+    assert box["page"] <= width   # nothing pushes the page wider than the window
