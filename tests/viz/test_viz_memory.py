@@ -249,7 +249,7 @@ def test_static_calculator_in_headless_chromium(tmp_path, calc_data):
         "<head>", f"<head><script>{plotly_js.read_text()}</script>", 1))
     with sync_api.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
-        page = browser.new_page(viewport={"width": 1000, "height": 900})
+        page = browser.new_page(viewport={"width": 1000, "height": 1100})
         errors = []
         page.on("pageerror", lambda e: errors.append(str(e)))
         page.goto(page_file.as_uri())
