@@ -74,7 +74,7 @@ def attention_step_cells(t: int, t_max: int, mode: str) -> list[list[int]]:
 def _counts(t: int, mode: str) -> str:
     scores = t * (t + 1) // 2 if mode == "recompute" else t
     kv = t if mode == "recompute" else 1
-    return f"t = {t}: {scores} scores and {kv} K/V pair(s) computed per layer and head"
+    return f"step t = {t}: {scores} scores and {kv} K/V pair{'s' if kv > 1 else ''}<br>computed per layer and head"
 
 
 def attention_triangle_figure(mode: str, t_values: Sequence[int] = tuple(range(2, 13)),
@@ -119,8 +119,8 @@ def attention_triangle_figure(mode: str, t_values: Sequence[int] = tuple(range(2
     add_replay_controls(fig, frame_steps([f"t={t}" for t in t_values], [str(t) for t in t_values]), active,
                         dict(prefix="step t = "), frame_ms=700, pad_top=10)
     fig.update_layout(
-        title=dict(text=_counts(t0, mode), font=dict(size=14)), height=520,
-        margin=dict(l=40, r=10, t=40, b=150),
+        title=dict(text=_counts(t0, mode), font=dict(size=13)), height=540,
+        margin=dict(l=40, r=10, t=60, b=150),
         xaxis=dict(side="top", title=None, tickfont=dict(size=10), fixedrange=True, showgrid=False,
                    zeroline=False),
         yaxis=dict(autorange="reversed", tickfont=dict(size=10), fixedrange=True, scaleanchor="x",

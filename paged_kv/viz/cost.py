@@ -111,7 +111,7 @@ def step_cost_figure(ctx: Sequence[int], series: dict[str, Sequence[float]], uni
     last_label = list(series)[-1]
     fig = make_subplots(rows=2, cols=1, vertical_spacing=0.16,
                         subplot_titles=("log scale: every step",
-                                        f"linear scale: {last_label} alone, decode steps (axis not from 0)"))
+                                        f"linear: {last_label} alone (axis not from 0)"))
     for i, (label, y) in enumerate(series.items()):
         color = COLORS[i % len(COLORS)]
         fig.add_trace(go.Scatter(x=list(ctx), y=list(y), name=label, mode="lines+markers", marker=dict(size=3),
@@ -128,6 +128,7 @@ def step_cost_figure(ctx: Sequence[int], series: dict[str, Sequence[float]], uni
     fig.update_yaxes(title_text=unit, row=2, col=1)
     fig.update_xaxes(title_text="tokens in the sequence (t)", row=2, col=1)
     fig.update_layout(title=title, height=620, margin=_MARGIN, legend=dict(orientation="h", y=-0.1, yanchor="top"))
+    fig.update_annotations(font_size=12)
     return fig
 
 

@@ -33,7 +33,7 @@ def test_figure_has_one_frame_per_step_and_rejects_bad_input():
     assert [f.name for f in fig.frames] == ["t=2", "t=3", "t=4"]
     assert [s.label for s in fig.layout.sliders[0].steps] == ["2", "3", "4"]
     assert [list(r) for r in fig.frames[2].data[0].z] == va.attention_step_cells(4, 4, "cached")
-    assert "3 scores and 1 K/V" in fig.layout.title.text
+    assert "3 scores and 1 K/V pair<br>" in fig.layout.title.text
     with pytest.raises(ConfigError, match="mode"):
         va.attention_step_cells(2, 4, "paged")
     with pytest.raises(ConfigError, match="t must be"):
