@@ -103,14 +103,15 @@ def kv_vs_weights_figure(data: dict) -> go.Figure:
     fig.add_hline(y=1, line=dict(color="#444", dash="dash"), annotation_text="KV cache = weights",
                   annotation_position="top left")
     fig.update_layout(
-        title=f"KV cache ({data['kv_dtype']}) relative to the weights, as the context grows"
-              "<br><sup>◆ a model's maximum context: its line stops there (no ◆: the maximum "
+        title=f"KV cache ({data['kv_dtype']}) / weights as the context grows"
+              "<br><sup>◆ a model's maximum context: its line stops there<br>(no ◆: the maximum "
               "lies beyond the chart)</sup>",
-        title_font_size=15,
+        title_font_size=14,
         xaxis=dict(title="context length (tokens per sequence)", type="log", tickvals=x,
                    ticktext=[_k(c) for c in x]),
-        yaxis=dict(title="KV cache / weights", type="log", exponentformat="none"), height=460,
-        margin=dict(l=60, r=20, t=100, b=50), legend=dict(font=dict(size=10)),
+        yaxis=dict(title="KV cache / weights", type="log", exponentformat="none", dtick=1), height=560,
+        margin=dict(l=60, r=10, t=110, b=50),
+        legend=dict(font=dict(size=10), orientation="h", y=-0.2, yanchor="top", x=0),
         updatemenus=[dict(buttons=buttons, direction="down", x=1.0, xanchor="right", y=1.01,
                           yanchor="bottom")])
     return fig
@@ -178,16 +179,16 @@ def gpu_fit_figure(data: dict) -> go.Figure:
     ticks = [f"{m}<br><sup>max {_k(t)}</sup>" if t else m
              for m, t in zip(data["models"], data["max_position"])]
     fig.update_layout(
-        scattermode="group", scattergap=0.35, height=520, margin=dict(l=60, r=20, t=70, b=40),
-        title=f"Sequences that fit on one GPU (TP={data['tp']}, KV in {data['kv_dtype']}, "
-              f"{RESERVE_FRACTION:.0%} reserve)<br><sup>weights in their serving dtype; no dot: the weights alone "
-              f"do not fit, or the context is {BEYOND} (marked)</sup>",
+        scattermode="group", scattergap=0.35, height=580, margin=dict(l=60, r=10, t=90, b=40),
+        title=f"Sequences that fit on one GPU<br>(TP={data['tp']}, KV in {data['kv_dtype']}, "
+              f"{RESERVE_FRACTION:.0%} reserve)<br><sup>weights in their serving dtype; no dot: the weights "
+              f"alone do not fit,<br>or the context is {BEYOND} (marked)</sup>",
         title_font_size=14, annotations=_beyond_marks(data, c0),
         xaxis=dict(tickvals=data["models"], ticktext=ticks),
         yaxis=dict(title="concurrent sequences (log)", type="log", range=[-0.15, top + 0.75], dtick=1),
-        legend=dict(orientation="h", y=-0.14, x=0.5, xanchor="center", yanchor="top"),
+        legend=dict(orientation="h", y=-0.16, x=0.5, xanchor="center", yanchor="top"),
         sliders=[dict(active=0, steps=steps, currentvalue=dict(prefix="context length: "),
-                      pad=dict(t=80))])
+                      pad=dict(t=110))])
     return fig
 
 
@@ -217,12 +218,12 @@ def attention_variants_figure(data: dict) -> go.Figure:
     for i, (key, name) in enumerate([("whole", "whole model (one GPU)"),
                                      ("per_gpu", f"per GPU with TP={data['tp']}")]):
         y = [r[key] / 1024 for r in data["rows"]]
-        fig.add_trace(go.Bar(x=labels, y=y, name=name, marker_color=COLORS[i],
+        fig.add_trace(go.Bar(x=[lb.replace(" (", "<br>(") for lb in labels], y=y, name=name, marker_color=COLORS[i],
                              text=[f"{v:,.0f} KiB" for v in y], textposition="outside", cliponaxis=False,
                              hovertemplate="%{x}<br>%{y:,.1f} KiB per token<extra>" + name + "</extra>"))
     fig.update_layout(
-        barmode="group", height=420, margin=dict(l=60, r=20, t=60, b=60),
-        title=f"KV bytes per token, {data['model']}'s shape ({data['kv_dtype']})",
+        barmode="group", height=440, margin=dict(l=60, r=10, t=60, b=60),
+        title=f"KV bytes per token,<br>{data['model']}'s shape ({data['kv_dtype']})",
         yaxis=dict(title="KiB per token", rangemode="tozero"),
         legend=dict(orientation="h", y=-0.25, x=0, yanchor="top"))
     return fig
