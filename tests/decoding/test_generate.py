@@ -7,6 +7,7 @@ from paged_kv.storage import ContiguousKVCache
 from paged_kv.errors import ConfigError, PromptError
 from paged_kv.decoding import generate
 from paged_kv.model import SamplingParams
+from paged_kv.model import load_tiny_model
 
 PROMPTS = [[5, 6, 7, 8, 9, 10, 11], [40], [100, 101, 102, 103, 104, 105, 106, 107, 108, 109, 110, 111, 112, 113, 114, 115, 116]]
 
@@ -146,3 +147,14 @@ def test_paged_block_size_is_passed_through(small_model, block_size):
 def test_paged_block_size_is_validated(small_model):
     with pytest.raises(ConfigError, match="block_size"):
         generate(small_model, PROMPTS, 3, cache="paged", block_size=0)
+
+
+def test_chapter_two_batch_caches_233_tokens():
+    """Chapter 2's batch: prompts of 37, 4 and 15 bytes, 60 new tokens each.  The cache holds
+    (37 + 4 + 15) + 3 x (60 - 1) = 233 tokens, not 236: no step writes the last token's K/V."""
+    model, tok = load_tiny_model()
+    prompts = [tok.encode(p) for p in ["KING HENRY:\nOnce more unto the breach", "Nay,", "First Citizen:\n"]]
+    assert [len(p) for p in prompts] == [37, 4, 15]
+    seen = {}
+    generate(model, prompts, 60, cache="contiguous", on_step=lambda s, d: seen.update(dec=d))
+    assert int(seen["dec"].seq_lens.sum()) == 233
