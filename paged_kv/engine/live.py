@@ -147,7 +147,7 @@ class LiveRequests:
                     notes.append(f"request {seq} waits: needs {self.manager.blocks_to_append(seq)} "
                                  f"block, {self.manager.num_free_blocks} free, and nobody to preempt")
                     break
-                notes.append(self._preempt(victim))
+                notes.append(f"request {seq} needs a block, none free: " + self._preempt(victim))
                 if victim == seq:
                     break
             if seq not in self.running or not self.manager.can_append(seq):
@@ -170,7 +170,7 @@ class LiveRequests:
         requeue_preempted(self.waiting, seq)
         for state in (self.pending, self.logits):
             state.pop(seq, None)
-        return f"request {seq} preempted (latest arrival): its blocks are free, it will be recomputed"
+        return f"request {seq} preempted (latest arrival), to be recomputed"
 
     def _readmit(self) -> list[str]:
         """Readmit the oldest waiting request if its tokens fit now (FCFS: only the head)."""

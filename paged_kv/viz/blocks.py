@@ -169,7 +169,9 @@ def _frame_layout(fig, snapshots: Sequence, shown, title: str) -> tuple[list, in
                                  y=1, yanchor="top", pad=dict(t=12)))
     fig.update_xaxes(row=1, col=1, visible=False, range=[-0.5, cols * width - 1.5])
     fig.update_yaxes(row=1, col=1, visible=False, autorange="reversed")
-    fig.update_xaxes(row=1, col=2, title_text="logical block", dtick=1, range=[-0.5, max_logical - 0.5],
+    # a tick per logical block while they fit a phone-wide panel, else every 5th
+    fig.update_xaxes(row=1, col=2, title_text="logical block", dtick=1 if max_logical <= 10 else 5,
+                     tickangle=0, range=[-0.5, max_logical - 0.5],
                      showgrid=False, zeroline=False)
     # one table row as tall as one pool row, so a table lines up with the blocks it points to; the
     # range is fixed, so rows keep their height as requests come and go

@@ -117,7 +117,10 @@ def _traces(tiles: list[Tile], shown: int, block_table: Sequence[int], num_block
     for t in tiles:
         state = CURRENT if t.index == shown else EARLIER if t.index < shown else WAITING
         tz.append([state if ok else MASKED for ok in t.valid])
-        ttext.append([str(p) if ok else "" for p, ok in zip(t.positions, t.valid)])
+        # numbered where a logical block starts (and at the tile's start): 32 numbers a row would
+        # run together on a phone-wide page; hover names every position
+        ttext.append([str(p) if ok and (p % block_size == 0 or j == 0) else ""
+                      for j, (p, ok) in enumerate(zip(t.positions, t.valid))])
         thover.append([(f"tile {t.index}, position {p}: logical block {p // block_size}, offset "
                         f"{p % block_size}<br>→ physical block {b}, slot {s}") if ok else
                        f"tile {t.index}, position {p}: past the sequence, masked (never loaded)"
@@ -158,8 +161,8 @@ def kernel_walk_figure(tiles: list[Tile], block_table: Sequence[int], num_blocks
                        title: str = "", height: int | None = None) -> go.Figure:
     """The walk of :func:`tile_walk`'s ``tiles`` with a slider, one frame per tile (plus "before").
 
-    Top: a row per tile, a cell per position (text: the position; masked positions grey), thick
-    lines at block borders.  Bottom: the pool, a row per physical block, a cell per slot (text: the
+    Top: a row per tile, a cell per position (text: the position where a logical block starts;
+    masked positions grey), thick lines at block borders.  Bottom: the pool, a row per physical block, a cell per slot (text: the
     position it holds).  Orange: loaded by the current tile; mid blue: by earlier tiles; pale: not
     yet.  ``num_blocks``: the pool's size (every block is drawn).
 

@@ -35,14 +35,15 @@ def _columns(bs: int) -> dict:
 
 def logical_view_parts(snap, order: Sequence) -> dict:
     """The drawing of one snapshot as plain data: ``cells`` ``(x, y, colour, text)``, ``arrows``
-    ``(x0, y0, x1, y1)`` and ``labels`` ``(x, y, text)``; rows of requests stack downwards in
+    ``(x0, y0, x1, y1)`` and ``labels`` ``(x, y, text)`` or ``(x, y, text, textposition)``; rows of requests stack downwards in
     ``order`` (colours follow ``order`` too), each under a "request X" heading."""
     bs = snap.block_size
     col = _columns(bs)
     index = {s: k for k, s in enumerate(order)}
     cells, arrows, labels = [], [], []
-    labels += [(col["physical"], -1.2, "<b>block table</b>"), (col["physical"], -0.7, "physical"),
-               (col["filled"], -0.7, "# filled"), (col["pool"] + bs / 2 - 0.5, -0.7, "<b>physical blocks</b>")]
+    # the two column heads on two lines, so they do not run into each other on a phone-wide page
+    labels += [(col["physical"] + 0.5, -1.45, "<b>block table</b>"), (col["physical"], -1.0, "physical"),
+               (col["filled"], -0.6, "# filled"), (col["pool"] + bs / 2 - 0.5, -0.6, "<b>physical blocks</b>")]
     y = 0.0
     for s in order:
         if s not in snap.tables:
@@ -55,7 +56,7 @@ def logical_view_parts(snap, order: Sequence) -> dict:
             for o in range(bs):
                 text = words[o] if o < len(words) else ""
                 cells.append((col["logical"] + o, y, colour if o < filled else tint(colour, EMPTY_TINT), text))
-            labels.append((col["logical"] - 0.6, y, f"{logical}"))
+            labels.append((col["logical"] - 0.5, y, f"{logical}", "middle left"))
             cells.append((col["physical"], y, "white", str(physical)))
             cells.append((col["filled"], y, "white", str(filled)))
             arrows.append((col["filled"] + 0.55, y, col["pool"] - 0.55, float(physical)))
@@ -68,7 +69,7 @@ def logical_view_parts(snap, order: Sequence) -> dict:
             full = owner is not None and o < blk.filled
             fill = colour if full or owner is None else tint(colour, EMPTY_TINT)
             cells.append((col["pool"] + o, float(blk.block_id), fill, blk.labels[o] if o < len(blk.labels) else ""))
-        labels.append((col["pool"] + bs - 0.4, float(blk.block_id), f"block {blk.block_id}"))
+        labels.append((col["pool"] + bs - 0.45, float(blk.block_id), f"block {blk.block_id}", "middle right"))
     return {"cells": cells, "arrows": arrows, "labels": labels, "rows": max(y, snap.num_blocks)}
 
 
@@ -77,11 +78,15 @@ def _frame(parts: dict):
     shapes = [dict(type="rect", x0=x - 0.47, x1=x + 0.47, y0=y - 0.42, y1=y + 0.42, fillcolor=fill,
                    line=dict(color="#999", width=1), layer="below") for x, y, fill, _ in parts["cells"]]
     texts = [c for c in parts["cells"] if c[3]]
+    ink = ["white" if c[2] in COLORS else "#222" for c in texts]     # white on the full colours
     words = go.Scatter(x=[c[0] for c in texts], y=[c[1] for c in texts], text=[c[3] for c in texts],
-                       mode="text", textfont=dict(size=10), hoverinfo="skip", name="words", cliponaxis=False)
-    heads = go.Scatter(x=[lab[0] for lab in parts["labels"]], y=[lab[1] for lab in parts["labels"]],
-                       text=[lab[2] for lab in parts["labels"]], mode="text", textfont=dict(size=10, color="#333"),
-                       hoverinfo="skip", name="labels", cliponaxis=False)
+                       mode="text", textfont=dict(size=10, color=ink), hoverinfo="skip", name="words",
+                       cliponaxis=False)
+    labs = parts["labels"]
+    heads = go.Scatter(x=[lab[0] for lab in labs], y=[lab[1] for lab in labs], text=[lab[2] for lab in labs],
+                       textposition=[lab[3] if len(lab) > 3 else "middle center" for lab in labs],
+                       mode="text", textfont=dict(size=10, color="#333"), hoverinfo="skip", name="labels",
+                       cliponaxis=False)
     arrows = [dict(x=x1, y=y1, ax=x0, ay=y0, xref="x", yref="y", axref="x", ayref="y", showarrow=True,
                    arrowhead=2, arrowsize=1, arrowwidth=1.3, arrowcolor="#555", text="")
               for x0, y0, x1, y1 in parts["arrows"]]
@@ -115,7 +120,7 @@ def logical_view_figure(snapshots: Sequence, title: str = "", height: int | None
                       height=height or int(34 * (rows + 2) + 160), margin=dict(l=10, r=10, t=70, b=60),
                       plot_bgcolor="white", showlegend=False)
     fig.update_xaxes(visible=False, range=[-1.2, col["pool"] + bs + 1.6])
-    fig.update_yaxes(visible=False, range=[rows + 0.2, -1.6])
+    fig.update_yaxes(visible=False, range=[rows + 0.2, -1.8])
     frames = []
     for snap, p in zip(snapshots, parts):
         data, shp, arr = _frame(p)

@@ -33,6 +33,7 @@ def test_a_full_pool_preempts_the_latest_request_which_is_recomputed(small_model
     a, b = live.add("abcd"), live.add("ef")           # block 0 full, block 1 half full
     notes = live.step()                               # 0 needs a 2nd block: none free -> preempt 1
     assert live.running == [a] and list(live.waiting) == [b] and "request 1 preempted" in notes[0]
+    assert notes[0].startswith("request 0 needs a block, none free")   # who asked, and who paid
     assert live.history.events[-2].kind == "preempt" and live.history.events[-2].freed_blocks == (1,)
     assert live.manager.num_tokens(a) == 5
     assert "waits to be recomputed" in live.step()[0]  # 0 holds both blocks now

@@ -88,3 +88,13 @@ def test_bad_walks_are_refused_by_value(kw, match):
     args = dict(block_table=[1, 2, 3], seq_len=12, block_size=4, block_n=16) | kw
     with pytest.raises(ConfigError, match=match):
         tile_walk(**args)
+
+
+def test_tile_rows_number_only_block_starts():
+    """A tile row labels a position only where a logical block starts (or the tile starts), so a
+    phone-wide figure is not a run of digits; every valid position keeps its hover text."""
+    tiles = tile_walk([9, 4, 1], 10, block_size=4, block_n=16)
+    fig = kernel_walk_figure(tiles, [9, 4, 1], 12, 4)
+    row = list(fig.frames[1].data[0].text[0])
+    assert [i for i, s in enumerate(row) if s] == [0, 4, 8] and row[4] == "4"
+    assert all("position" in h for h in fig.frames[1].data[0].customdata[0])

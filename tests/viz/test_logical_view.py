@@ -35,3 +35,31 @@ def test_a_finished_request_has_no_rows():
 def test_no_snapshots_is_refused():
     with pytest.raises(ConfigError, match="no snapshots"):
         logical_view_figure([])
+
+
+def test_labels_stay_off_the_cells_and_words_are_readable():
+    """The pool's "block N" labels start right of the last slot (not centred on it), row numbers end
+    left of the first, and words on a full colour are white (dark on the pale and free cells)."""
+    h = paper_trace()
+    fig = logical_view_figure(h.snapshots)
+    words, labels = fig.data
+    bs = h.snapshots[-1].block_size
+    last_slot = max(x for x, t in zip(labels.x, labels.text) if t == "block 0") + 0.45 - 1
+    for x, text, pos in zip(labels.x, labels.text, labels.textposition):
+        if text.startswith("block ") and text[6:].isdigit():
+            assert pos == "middle right" and x > last_slot + 0.4
+        if text.isdigit():
+            assert pos == "middle left" and x <= -0.5
+    parts = logical_view_parts(h.snapshots[-1], seq_order(h.snapshots))
+    ink = dict(zip(zip(words.x, words.y), words.textfont.color))
+
+    def luminance(hex_colour):                       # relative luminance, 0 (black) .. 1 (white)
+        r, g, b = (int(hex_colour.lstrip("#")[i:i + 2], 16) / 255 for i in (0, 2, 4))
+        return 0.2126 * r + 0.7152 * g + 0.0722 * b
+
+    checked = 0
+    for x, y, fill, text in parts["cells"]:
+        if text and fill != "white":
+            assert ink[(x, y)] == ("white" if luminance(fill) < 0.6 else "#222"), (text, fill)
+            checked += 1
+    assert checked == 2 * 15 and bs == 4             # A's 9 and B's 6 words, in logical and pool

@@ -3,7 +3,7 @@ the real manager and the tiny model through the paged cache: its tokens must equ
 
 import pytest
 
-from paged_kv.blocks import paper_trace
+from paged_kv.blocks import BlockHistory, BlockSpaceManager, paper_trace
 from paged_kv.viz.blocks import block_cells, block_size_figure, block_traces, blocks_figure, refresh_blocks_figure, seq_order
 from paged_kv.widgets.blocks import block_panel
 
@@ -156,3 +156,12 @@ def test_block_size_figure_has_one_labelled_axis_per_quantity():
     assert fig.layout.yaxis2.type == "log"
     assert "%" in fig.layout.yaxis.title.text and "entries" in fig.layout.yaxis2.title.text
     assert fig.layout.xaxis.type == "log" and list(fig.layout.xaxis2.tickvals) == sizes
+
+
+def test_table_axis_ticks_thin_out_for_long_tables():
+    """A tick per logical block up to 10 blocks; beyond, every 5th, so the labels of an 18-block
+    table do not run together on a phone-wide page."""
+    for n_blocks, tick in ((10, 1), (18, 5)):
+        h = BlockHistory(BlockSpaceManager(20, 2))
+        h.allocate("s", ["x"] * (2 * n_blocks))
+        assert blocks_figure(h.snapshots).layout.xaxis2.dtick == tick
