@@ -237,7 +237,8 @@ def make_decoder(model: TinyLlama, cache: str, backend: str, prompts: list[list[
     if cache == "recompute":
         return RecomputeDecoder(model, backend, n=n)
     if cache == "contiguous":
-        return ContiguousDecoder(model, backend, len(prompts), max(map(len, prompts)) + max_new_tokens, n=n)
+        longest = max(map(len, prompts))   # rows hold what is written: the last token is never fed back
+        return ContiguousDecoder(model, backend, len(prompts), stored_tokens(longest, max_new_tokens), n=n)
     if cache == "paged":
         return PagedDecoder(model, backend, prompts, max_new_tokens, block_size=block_size, n=n)
     raise ConfigError(f"cache must be one of {CACHE_MODES}, got {cache!r}")

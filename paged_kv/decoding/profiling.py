@@ -6,7 +6,9 @@ actually ran, with PyTorch's ``FlopCounterMode``; we add a counting rule for the
 attention op, which PyTorch does not count by itself.  :func:`forward_flops` is the independent
 formula the book checks the count against (Kaplan et al. 2020, §2.1: ~2 FLOPs per parameter per
 token, plus attention).  :func:`decode_step_bytes` models the memory traffic of a cached decode
-step: all weights plus all cached K/V, which is why a cache step is O(t), not O(1).
+step: every weight read once (but an untied input embedding table is only gathered), all cached
+K/V, which is why a cache step is O(t), not O(1).  The same count for the presets, with FLOPs,
+arithmetic intensity and the roofline, is :mod:`paged_kv.memory.decode_cost`.
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ from ..validate import count
 from .decoders import make_decoder
 from .generate import check_prompts
 
-__all__ = ["StepCost", "decode_step_bytes", "forward_flops", "profile_decoding"]
+__all__ = ["StepCost", "attention_crossover", "attention_flops", "decode_step_bytes", "forward_flops",
+           "profile_decoding"]
 
 
 @dataclass(frozen=True)
@@ -101,6 +104,35 @@ def profile_decoding(model: TinyLlama, prompt: list[int], max_new_tokens: int, c
     return out
 
 
+def attention_flops(cfg: ModelConfig, new_tokens: int, context_len: int) -> int:
+    """The attention part of :func:`forward_flops`: ``4 L H D new_tokens context_len`` (``QK^T``
+    and ``PV``, 2 FLOPs per multiply-add, every query head against every key it is scored with).
+
+    This is what the torch path computes: the full masked ``t x t`` score matrix of a recompute
+    step.  A causal kernel that skips masked tiles (``kernels/prefill_attention.py``) does about
+    ``t (t + 1) / 2`` of the ``t^2`` products.
+    """
+    return 4 * cfg.num_layers * cfg.num_heads * cfg.head_dim * new_tokens * context_len
+
+
+def attention_crossover(cfg: ModelConfig, cumulative: bool = False) -> int:
+    """The shortest sequence at which attention's FLOPs reach the linear layers' in recompute
+    decoding (:func:`forward_flops` with ``new_tokens = context_len``).
+
+    Per step (``cumulative=False``): the smallest ``t`` with ``4 L H D t^2 >= 2 t P``, where ``P``
+    is the matmul parameters, i.e. ``t >= P / (2 L H D)``.  Summed over steps ``1..n``
+    (``cumulative=True``): the smallest ``n`` with ``4 L H D n(n+1)(2n+1)/6 >= P n(n+1)``, about
+    ``1.5x`` the per-step crossover (attention grows as ``n^3 / 3``, the linear layers as ``n^2``).
+    Both may lie beyond ``cfg.max_seq_len`` (then the model never shows it).
+    """
+    a = attention_flops(cfg, 1, 1)                       # 4 L H D
+    p2 = forward_flops(cfg, 1, 0)                        # 2 P
+    if not cumulative:
+        return -(-p2 // a)
+    # 4LHD (2n + 1) / 6 >= P  <=>  a (2n + 1) >= 3 p2
+    return max(1, -(-(3 * p2 - a) // (2 * a)))
+
+
 def forward_flops(cfg: ModelConfig, new_tokens: int, context_len: int) -> int:
     """Matmul FLOPs of one forward pass over ``new_tokens`` tokens that attend to ``context_len``.
 
@@ -112,14 +144,24 @@ def forward_flops(cfg: ModelConfig, new_tokens: int, context_len: int) -> int:
     per_layer = (d * cfg.num_heads * hd + 2 * d * cfg.num_kv_heads * hd + cfg.num_heads * hd * d
                  + 3 * d * cfg.intermediate_size)
     matmul_params = L * per_layer + cfg.vocab_size * d  # + LM head (embedding lookup is free)
-    return 2 * new_tokens * matmul_params + 4 * L * cfg.num_heads * hd * new_tokens * context_len
+    return 2 * new_tokens * matmul_params + attention_flops(cfg, new_tokens, context_len)
 
 
-def decode_step_bytes(cfg: ModelConfig, context_len: int, dtype_bytes: int) -> dict[str, int]:
-    """Bytes a cached decode step must read from memory: every weight once, every cached K/V once.
+def decode_step_bytes(cfg: ModelConfig, context_len: int, batch_size: int = 1,
+                      dtype_bytes: int = 2) -> dict[str, int]:
+    """Bytes a cached decode step of ``batch_size`` sequences reads: ``{"weights", "kv_cache"}``.
 
-    Returns ``{"weights": ..., "kv_cache": ...}`` in bytes.  The K/V part is
-    ``2 * L * Hkv * D * context_len * dtype_bytes``: it grows linearly with the context.
+    ``weights``: every parameter once, shared by the whole batch, except an untied input
+    embedding table (``vocab x hidden``), from which the step only gathers ``B`` rows; a tied
+    table is read whole by the LM head.  ``kv_cache``: ``2 L Hkv D t B`` elements, linear in the
+    context ``t`` and the batch.  ``dtype_bytes`` per element for both (2: fp16/bf16).
+
+    Raises:
+        ConfigError: a negative context, a batch below 1 or ``dtype_bytes`` below 1.
     """
-    kv = 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * context_len * dtype_bytes
-    return {"weights": cfg.num_parameters() * dtype_bytes, "kv_cache": kv}
+    t = count("context_len", context_len, 0)
+    b = count("batch_size", batch_size, 1)
+    e = count("dtype_bytes", dtype_bytes, 1)
+    gathered = 0 if cfg.tie_embeddings else cfg.vocab_size * cfg.hidden_size
+    kv = 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * t * b * e
+    return {"weights": (cfg.num_parameters() - gathered) * e, "kv_cache": kv}

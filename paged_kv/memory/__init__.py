@@ -6,22 +6,27 @@ Pure Python (no torch), so the static calculator can run where torch does not.  
 * :mod:`~paged_kv.memory.spec`: :class:`ModelSpec`, :class:`GPUSpec`, parameter-count formulas;
 * :mod:`~paged_kv.memory.presets`: the cited model and GPU presets, the paper's Table 1;
 * :mod:`~paged_kv.memory.ledger`: bytes per token / per sequence / of the weights, per GPU;
-* :mod:`~paged_kv.memory.plan`: :func:`plan_memory`, the largest batch that fits.
+* :mod:`~paged_kv.memory.plan`: :func:`plan_memory`, the largest batch that fits;
+* :mod:`~paged_kv.memory.decode_cost`: bytes and FLOPs of one decode step, arithmetic intensity,
+  ridge points and the roofline bound (chapter 2).
 
 Byte units (``GiB`` vs ``GB``, :func:`format_bytes`) live in the leaf :mod:`paged_kv.units`.
 """
 
+from .decode_cost import (arithmetic_intensity, ridge_point, roofline_tokens_per_s, step_bytes, step_flops,
+                          weights_read_per_step)
 from .kv_dtype import KV_DTYPES, KVDType, get_kv_dtype
-from .ledger import (as_spec, attention_variant, kv_bytes_per_token, kv_bytes_per_token_per_layer, kv_cache_bytes,
+from .ledger import (as_spec, attention_variant, budget_range_for_slots, layers_per_stage, kv_bytes_per_token, kv_bytes_per_token_per_layer, kv_cache_bytes,
                      kv_heads_per_gpu, kv_slots, tokens_to_reach, weights_bytes)
 from .plan import MemoryPlan, max_batch_size, max_tokens, plan_memory
-from .presets import GPU_PRESETS, MODEL_PRESETS, PAPER_TABLE1, gpu_preset, model_preset, tiny_spec
+from .presets import GPU_PRESETS, MODEL_PRESETS, PAPER_FIG1, PAPER_TABLE1, gpu_preset, model_preset, tiny_spec
 from .spec import WEIGHT_DTYPE_BITS, GPUSpec, ModelSpec, weights_dtype_name
 
 __all__ = [
-    "GPU_PRESETS", "GPUSpec", "KVDType", "KV_DTYPES", "MODEL_PRESETS", "MemoryPlan", "ModelSpec", "PAPER_TABLE1",
-    "WEIGHT_DTYPE_BITS", "as_spec", "attention_variant", "get_kv_dtype", "gpu_preset", "kv_bytes_per_token",
+    "GPU_PRESETS", "GPUSpec", "KVDType", "KV_DTYPES", "MODEL_PRESETS", "MemoryPlan", "ModelSpec", "PAPER_FIG1", "PAPER_TABLE1",
+    "WEIGHT_DTYPE_BITS", "as_spec", "attention_variant", "budget_range_for_slots", "layers_per_stage", "get_kv_dtype", "gpu_preset", "kv_bytes_per_token",
     "kv_bytes_per_token_per_layer", "kv_cache_bytes", "kv_heads_per_gpu", "kv_slots", "max_batch_size",
     "max_tokens", "model_preset", "plan_memory", "tiny_spec", "tokens_to_reach", "weights_bytes",
-    "weights_dtype_name",
+    "weights_dtype_name", "arithmetic_intensity", "ridge_point", "roofline_tokens_per_s", "step_bytes",
+    "step_flops", "weights_read_per_step",
 ]

@@ -6,7 +6,9 @@ KV head per token (MHA, GQA, MQA), or one compressed latent of ``kv_lora_rank`` 
 decoupled RoPE key of ``qk_rope_head_dim`` elements (MLA, DeepSeek-V2 §2.1 / V3, no factor 2).
 Sliding-window layers keep at most ``sliding_window`` tokens.  Tensor parallelism splits KV heads
 over GPUs as vLLM does (each KV head replicated when there are fewer KV heads than GPUs; the MLA
-latent is replicated on every GPU).
+latent is replicated on every GPU).  Pipeline parallelism (``pp`` stages) splits the *layers*:
+each GPU holds its stage's layers whole, so nothing is replicated; the ledger sizes the busiest
+stage, ``ceil(L / pp)`` layers (full and sliding-window layers split alike).
 
 Units: every function counts **bytes** (an ``int``).  ``GiB`` = 2**30 and ``GB`` = 10**9 are
 kept apart wherever a number is printed (:func:`format_bytes`).
@@ -22,13 +24,15 @@ Legend: B batch, T tokens, L layers, Hkv kv heads, D head_dim.
 
 from __future__ import annotations
 
+import math
+
 from ..errors import ConfigError
 from ..validate import count
 from .kv_dtype import KVDType, get_kv_dtype
 from .presets import model_preset
 from .spec import WEIGHT_DTYPE_BITS, ModelSpec, weights_dtype_name
 
-__all__ = ["as_spec", "attention_variant", "kv_bytes_per_token", "kv_bytes_per_token_per_layer", "kv_cache_bytes",
+__all__ = ["as_spec", "attention_variant", "budget_range_for_slots", "layers_per_stage", "kv_bytes_per_token", "kv_bytes_per_token_per_layer", "kv_cache_bytes",
            "kv_heads_per_gpu", "kv_slots", "tokens_to_reach", "weights_bytes"]
 
 
@@ -67,6 +71,20 @@ def kv_heads_per_gpu(spec: ModelSpec, tp: int = 1) -> int:
     return 1
 
 
+def layers_per_stage(spec: ModelSpec, pp: int = 1) -> tuple[int, int]:
+    """``(full, sliding)`` layers the busiest of ``pp`` pipeline stages holds:
+    ``ceil(full / pp)`` and ``ceil(sliding / pp)`` (Llama-3.1-405B's 126 layers over 2 stages: 63).
+
+    Raises:
+        ConfigError: ``pp < 1`` or more stages than layers.
+    """
+    pp = count("pp", pp, 1)
+    if pp > spec.num_layers:
+        raise ConfigError(f"{spec.name}: {spec.num_layers} layers cannot fill pp={pp} pipeline stages")
+    full = spec.num_layers - spec.sliding_layers
+    return -(-full // pp), -(-spec.sliding_layers // pp)
+
+
 def kv_bytes_per_token_per_layer(model, kv_dtype: str | KVDType = "fp16", *,
                                  tp: int = 1) -> int:
     """Bytes one token adds to one layer's cache on each GPU.
@@ -81,8 +99,9 @@ def kv_bytes_per_token_per_layer(model, kv_dtype: str | KVDType = "fp16", *,
     return 2 * heads * dt.vector_bytes(spec.head_dim)
 
 
-def kv_bytes_per_token(model, kv_dtype: str | KVDType = "fp16", *, tp: int = 1) -> int:
-    """Bytes of KV cache per token over all layers, on each of ``tp`` GPUs.
+def kv_bytes_per_token(model, kv_dtype: str | KVDType = "fp16", *, tp: int = 1, pp: int = 1) -> int:
+    """Bytes of KV cache per token over all layers (of the busiest of ``pp`` pipeline stages), on
+    each of the ``tp`` GPUs of a stage.
 
     ``2 (K and V) x num_layers x num_kv_heads x head_dim x bytes_per_element`` (+ scales for
     int8/int4), with ``head_dim`` from the config.  MLA: ``num_layers x (kv_lora_rank +
@@ -93,13 +112,14 @@ def kv_bytes_per_token(model, kv_dtype: str | KVDType = "fp16", *, tp: int = 1) 
         model: a :class:`ModelSpec`, a :class:`~paged_kv.model.ModelConfig` or a preset name.
         kv_dtype: a name from :data:`KV_DTYPES` or a :class:`KVDType`.
         tp: tensor-parallel degree (see :func:`kv_heads_per_gpu`).
+        pp: pipeline stages (see :func:`layers_per_stage`).
     """
     spec = as_spec(model)
-    return spec.num_layers * kv_bytes_per_token_per_layer(spec, kv_dtype, tp=tp)
+    return sum(layers_per_stage(spec, pp)) * kv_bytes_per_token_per_layer(spec, kv_dtype, tp=tp)
 
 
 def kv_cache_bytes(model, seq_len: int, batch_size: int,
-                   kv_dtype: str | KVDType = "fp16", *, tp: int = 1) -> int:
+                   kv_dtype: str | KVDType = "fp16", *, tp: int = 1, pp: int = 1) -> int:
     """Bytes of KV cache for ``batch_size`` sequences of ``seq_len`` tokens, on each of
     ``tp`` GPUs.
 
@@ -113,10 +133,10 @@ def kv_cache_bytes(model, seq_len: int, batch_size: int,
     seq_len = count("seq_len", seq_len, 0)
     batch_size = count("batch_size", batch_size, 0)
     per_layer = kv_bytes_per_token_per_layer(spec, kv_dtype, tp=tp)
-    full_layers = spec.num_layers - spec.sliding_layers
+    full_layers, sliding_layers = layers_per_stage(spec, pp)
     tokens = full_layers * seq_len
-    if spec.sliding_layers:
-        tokens += spec.sliding_layers * min(seq_len, spec.sliding_window)
+    if sliding_layers:
+        tokens += sliding_layers * min(seq_len, spec.sliding_window)
     return batch_size * tokens * per_layer
 
 
@@ -148,15 +168,41 @@ def tokens_to_reach(model, nbytes: int, batch_size: int = 1, kv_dtype: str | KVD
     return lo
 
 
-def kv_slots(model, kv_bytes: int, kv_dtype: str | KVDType = "fp16", *, tp: int = 1) -> int:
+def kv_slots(model, kv_bytes: int, kv_dtype: str | KVDType = "fp16", *, tp: int = 1, pp: int = 1) -> int:
     """How many tokens (the paper's "KV cache slots") fit in ``kv_bytes`` per GPU."""
-    return count("kv_bytes", kv_bytes, 0) // kv_bytes_per_token(model, kv_dtype, tp=tp)
+    return count("kv_bytes", kv_bytes, 0) // kv_bytes_per_token(model, kv_dtype, tp=tp, pp=pp)
 
 
-def weights_bytes(model, weights_dtype: str | None = None, *, tp: int = 1) -> int:
-    """Bytes of weights on each of ``tp`` GPUs: ``ceil(num_params x bits / 8 / tp)`` (an
+def budget_range_for_slots(model, printed: str, kv_dtype: str | KVDType = "fp16", *,
+                           tp: int = 1) -> tuple[int, int]:
+    """The KV budgets (bytes per GPU, ``[low, high)``) whose slot count prints as ``printed``.
+
+    ``printed`` is a count rounded as a paper prints it: ``"9.7K"`` stands for any count in
+    ``[9,650, 9,750)``, ``"15.7K"`` for ``[15,650, 15,750)``, ``"512"`` for exactly 512.  E.g. the
+    vLLM paper's OPT-66B row (Table 1, "9.7K" slots, "21 GB"): 21.20-21.42 GiB.
+
+    Raises:
+        ConfigError: a ``printed`` that is not a decimal number with an optional ``K``/``M``.
+    """
+    text = printed.strip() if isinstance(printed, str) else ""
+    scale = {"K": 1000, "M": 10**6}.get(text[-1:].upper(), 1)
+    digits = text[:-1] if scale > 1 else text
+    try:
+        value = float(digits)
+    except ValueError:
+        raise ConfigError(f"printed must look like '9.7K', '60.1K' or '512', got {printed!r}") from None
+    decimals = len(digits.partition(".")[2])
+    half = scale * 10 ** -decimals / 2
+    low, high = math.ceil(value * scale - half), math.ceil(value * scale + half)
+    per_token = kv_bytes_per_token(model, kv_dtype, tp=tp)
+    return low * per_token, high * per_token
+
+
+def weights_bytes(model, weights_dtype: str | None = None, *, tp: int = 1, pp: int = 1) -> int:
+    """Bytes of weights on each of ``tp x pp`` GPUs: ``ceil(num_params x bits / 8 / (tp pp))`` (an
     estimate: real checkpoints keep some tensors in higher precision and quantised ones add
-    scales).  ``weights_dtype`` (any case) defaults to the model's serving dtype.
+    scales; pipeline stages also differ by the embedding and the head).  ``weights_dtype`` (any
+    case) defaults to the model's serving dtype.
 
     Raises:
         ConfigError: an unknown dtype, or a ``tp`` that :func:`kv_heads_per_gpu` refuses (the
@@ -166,7 +212,9 @@ def weights_bytes(model, weights_dtype: str | None = None, *, tp: int = 1) -> in
     bits = WEIGHT_DTYPE_BITS[weights_dtype_name(weights_dtype or spec.weights_dtype)]
     tp = count("tp", tp, 1)
     kv_heads_per_gpu(spec, tp)  # one rule for a valid tp, weights and cache alike
-    return -(-spec.num_params * bits // (8 * tp))  # ceil, in exact integers
+    pp = count("pp", pp, 1)
+    layers_per_stage(spec, pp)
+    return -(-spec.num_params * bits // (8 * tp * pp))  # ceil, in exact integers
 
 
 def attention_variant(model, kind: str, num_kv_heads: int = 8) -> ModelSpec:

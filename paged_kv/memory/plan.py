@@ -23,7 +23,8 @@ __all__ = ["MemoryPlan", "max_batch_size", "max_tokens", "plan_memory"]
 
 @dataclass(frozen=True)
 class MemoryPlan:
-    """The memory of one GPU of a ``tp``-GPU group serving ``model`` (all bytes are per GPU).
+    """The memory of one GPU of a ``tp x pp``-GPU group serving ``model`` (all bytes are per GPU;
+    with ``pp > 1``, the busiest pipeline stage's GPU).
 
     ``kv_budget_bytes = gpu_bytes - reserve_bytes - weights_bytes`` (0 if the weights do not
     fit); ``max_tokens`` and ``max_batch_size`` are what that budget holds.
@@ -46,6 +47,7 @@ class MemoryPlan:
     max_tokens: int
     max_batch_size: int
     max_position: int | None = None
+    pp: int = 1
 
     @property
     def within_max_context(self) -> bool:
@@ -69,7 +71,8 @@ class MemoryPlan:
     def summary(self) -> str:
         """A few lines (under 90 characters) for people; GiB and GB side by side."""
         lines = [
-            f"{self.model} on {self.tp} x {self.gpu}, KV in {self.kv_dtype}, "
+            f"{self.model} on {self.tp * self.pp} x {self.gpu}"
+            f"{f' (TP={self.tp} x PP={self.pp})' if self.pp > 1 else ''}, KV in {self.kv_dtype}, "
             f"weights in {self.weights_dtype} (per GPU):",
             f"  GPU memory        {format_bytes(self.gpu_bytes)}",
             f"  weights           {format_bytes(self.weights_bytes)}",
@@ -91,7 +94,7 @@ class MemoryPlan:
 
 def plan_memory(model, gpu: str | GPUSpec, seq_len: int, batch_size: int = 1,
                 kv_dtype: str | KVDType = "fp16", weights_dtype: str | None = None, *, tp: int = 1,
-                reserve_fraction: float = RESERVE_FRACTION, block_size: int | None = None) -> MemoryPlan:
+                pp: int = 1, reserve_fraction: float = RESERVE_FRACTION, block_size: int | None = None) -> MemoryPlan:
     """Size the KV cache of ``model`` on ``tp`` GPUs of type ``gpu``.
 
     Args:
@@ -100,6 +103,8 @@ def plan_memory(model, gpu: str | GPUSpec, seq_len: int, batch_size: int = 1,
             slack.  0.10 matches vLLM's default ``gpu_memory_utilization=0.9`` (vLLM also
             subtracts the activation peak it profiles; we fold that into the reserve).
         block_size: if given, each sequence takes whole blocks of this many tokens (paging).
+        tp, pp: tensor-parallel GPUs per stage and pipeline stages (the plan is the busiest
+            stage's GPU: ``ceil(L / pp)`` layers of weights and cache).
 
     ``seq_len`` may exceed the model's ``max_position`` (the plan says so:
     :attr:`MemoryPlan.within_max_context`); the arithmetic does not depend on it.
@@ -112,24 +117,25 @@ def plan_memory(model, gpu: str | GPUSpec, seq_len: int, batch_size: int = 1,
     seq_len = count("seq_len", seq_len, 1)
     batch_size = count("batch_size", batch_size, 0)
     tp = count("tp", tp, 1)
+    pp = count("pp", pp, 1)
     reserve_fraction = real("reserve_fraction", reserve_fraction, 0.0, 1.0, high_open=True)
     if block_size is not None:
         block_size = count("block_size", block_size, 1)
     dt = get_kv_dtype(kv_dtype)
     weights_dtype = weights_dtype_name(weights_dtype or spec.weights_dtype)
-    w = weights_bytes(spec, weights_dtype, tp=tp)
+    w = weights_bytes(spec, weights_dtype, tp=tp, pp=pp)
     reserve = int(gpu.memory_bytes * reserve_fraction)
     budget = max(0, gpu.memory_bytes - reserve - w)
-    per_token = kv_bytes_per_token(spec, dt, tp=tp)
+    per_token = kv_bytes_per_token(spec, dt, tp=tp, pp=pp)
     stored_len = seq_len if block_size is None else math.ceil(seq_len / block_size) * block_size
-    per_seq = kv_cache_bytes(spec, stored_len, 1, dt, tp=tp)
+    per_seq = kv_cache_bytes(spec, stored_len, 1, dt, tp=tp, pp=pp)
     tokens = budget // per_token if block_size is None else budget // (per_token * block_size) * block_size
     return MemoryPlan(
         model=spec.name, gpu=gpu.name, tp=tp, seq_len=seq_len, batch_size=batch_size, kv_dtype=dt.name,
         weights_dtype=weights_dtype, gpu_bytes=gpu.memory_bytes, weights_bytes=w, reserve_bytes=reserve,
         kv_budget_bytes=budget, kv_bytes_per_token=per_token, kv_bytes_per_sequence=per_seq,
         kv_bytes=batch_size * per_seq, max_tokens=tokens, max_batch_size=budget // per_seq,
-        max_position=spec.max_position)
+        max_position=spec.max_position, pp=pp)
 
 
 def max_batch_size(model, gpu: str | GPUSpec, seq_len: int, kv_dtype: str | KVDType = "fp16",

@@ -25,7 +25,7 @@ from ..errors import UnknownPresetError
 from ..units import MiB
 from .spec import GPUSpec, ModelSpec, deepseek_v3_num_parameters, llama_num_parameters, opt_num_parameters
 
-__all__ = ["GPU_PRESETS", "MODEL_PRESETS", "PAPER_TABLE1", "gpu_preset", "model_preset", "tiny_spec"]
+__all__ = ["GPU_PRESETS", "MODEL_PRESETS", "PAPER_FIG1", "PAPER_TABLE1", "gpu_preset", "model_preset", "tiny_spec"]
 
 
 # --- the presets --------------------------------------------------------------------------
@@ -39,13 +39,15 @@ def _llama(name, source, *, layers, hidden, heads, kv_heads, intermediate, vocab
                                   norms_per_layer=norms_per_layer)
     return ModelSpec(name, layers, hidden, heads, kv_heads, head_dim, params,
                      sliding_window=sliding_window, sliding_layers=sliding_layers,
-                     weights_dtype=weights_dtype, max_position=max_position, source=source)
+                     weights_dtype=weights_dtype, max_position=max_position, source=source,
+                     gathered_params=0 if tied else vocab * hidden)
 
 
 def _opt(name, source, *, layers, hidden, heads, ffn) -> ModelSpec:
     params = opt_num_parameters(vocab=50272, hidden=hidden, layers=layers, ffn=ffn, max_position=2048)
     return ModelSpec(name, layers, hidden, heads, heads, hidden // heads, params,
-                     weights_dtype="fp16", max_position=2048, source=source)
+                     weights_dtype="fp16", max_position=2048, source=source,
+                     gathered_params=(2048 + 2) * hidden)  # learned positions; the tied embedding is read by the head
 
 
 _DEEPSEEK_V3 = dict(vocab=129280, hidden=7168, layers=61, heads=128, q_lora_rank=1536, kv_lora_rank=512,
@@ -81,15 +83,26 @@ _PUBLIC_MODELS = [
     ModelSpec("DeepSeek-V3", num_layers=61, hidden_size=7168, num_heads=128, num_kv_heads=128,
               head_dim=128, num_params=deepseek_v3_num_parameters(**_DEEPSEEK_V3),
               kv_lora_rank=512, qk_rope_head_dim=64, weights_dtype="fp8", max_position=163840,
-              source="deepseek-ai/DeepSeek-V3"),
+              source="deepseek-ai/DeepSeek-V3", gathered_params=_DEEPSEEK_V3["vocab"] * _DEEPSEEK_V3["hidden"]),
 ]
 
+# Bandwidth and dense fp16/bf16 tensor-core peak from NVIDIA's datasheets (decimal units, as
+# printed; the datasheets' "with sparsity" figures are twice these).
 GPU_PRESETS: dict[str, GPUSpec] = {g.name: g for g in [
-    GPUSpec("T4", "16 GB", 15360 * MiB, "nvidia-smi on a Tesla T4 (ECC on), e.g. Colab"),
-    GPUSpec("A100-40GB", "40 GB", 40960 * MiB, "nvidia-smi on an A100-SXM4-40GB"),
-    GPUSpec("A100-80GB", "80 GB", 81920 * MiB, "nvidia-smi on an A100-SXM4-80GB"),
-    GPUSpec("H100-80GB", "80 GB", 81559 * MiB, "nvidia-smi on an H100 80GB HBM3 (SXM)"),
-    GPUSpec("H200", "141 GB", 143771 * MiB, "nvidia-smi on an H200 (SXM)"),
+    GPUSpec("T4", "16 GB", 15360 * MiB, "nvidia-smi on a Tesla T4 (ECC on), e.g. Colab",
+            bandwidth=320e9, peak_flops=65e12, perf_source="NVIDIA T4 datasheet: 320 GB/s, 65 TFLOPS fp16"),
+    GPUSpec("A100-40GB", "40 GB", 40960 * MiB, "nvidia-smi on an A100-SXM4-40GB",
+            bandwidth=1555e9, peak_flops=312e12,
+            perf_source="NVIDIA A100 datasheet (SXM 40GB): 1,555 GB/s, 312 TFLOPS bf16 dense"),
+    GPUSpec("A100-80GB", "80 GB", 81920 * MiB, "nvidia-smi on an A100-SXM4-80GB",
+            bandwidth=2039e9, peak_flops=312e12,
+            perf_source="NVIDIA A100 datasheet (SXM 80GB): 2,039 GB/s, 312 TFLOPS bf16 dense"),
+    GPUSpec("H100-80GB", "80 GB", 81559 * MiB, "nvidia-smi on an H100 80GB HBM3 (SXM)",
+            bandwidth=3.35e12, peak_flops=989.4e12,
+            perf_source="NVIDIA H100 datasheet (SXM): 3.35 TB/s, 989.4 TFLOPS bf16 dense"),
+    GPUSpec("H200", "141 GB", 143771 * MiB, "nvidia-smi on an H200 (SXM)",
+            bandwidth=4.8e12, peak_flops=989.4e12,
+            perf_source="NVIDIA H200 datasheet (SXM): 4.8 TB/s, 989 TFLOPS bf16 dense"),
 ]}
 
 
@@ -108,7 +121,8 @@ def tiny_spec() -> ModelSpec:
                                   intermediate=cfg["intermediate_size"], tied=cfg["tie_embeddings"])
     return ModelSpec("tiny", cfg["num_layers"], cfg["hidden_size"], cfg["num_heads"], cfg["num_kv_heads"],
                      head_dim, params, weights_dtype="fp16", max_position=cfg["max_seq_len"],
-                     source="paged_kv/model/weights/config.json")
+                     source="paged_kv/model/weights/config.json",
+                     gathered_params=0 if cfg["tie_embeddings"] else cfg["vocab_size"] * cfg["hidden_size"])
 
 
 MODEL_PRESETS: dict[str, ModelSpec] = {"tiny": tiny_spec(), **{m.name: m for m in _PUBLIC_MODELS}}
@@ -154,3 +168,8 @@ PAPER_TABLE1 = [
     {"model": "OPT-66B", "gpus": "4 x A100 (40 GB)", "tp": 4, "kv_gb": 21, "slots_printed": "9.7K"},
     {"model": "OPT-175B", "gpus": "8 x A100-80GB", "tp": 8, "kv_gb": 264, "slots_printed": "60.1K"},
 ]
+
+# The vLLM paper's Fig. 1 (left) as printed: OPT-13B served on one NVIDIA A100 (40 GB); the
+# parameters take "26GB, 65%", the KV cache ">30%", activations and the rest the remainder.
+PAPER_FIG1 = {"model": "OPT-13B", "gpu": "A100-40GB", "weights_gb": 26, "weights_share": 0.65,
+              "kv_share_at_least": 0.30}

@@ -57,6 +57,10 @@ class ModelSpec:
         max_position: the longest context the config declares, in tokens (``None``: unknown).
             The ledger computes any length; figures mark lengths beyond it.
         source: where the numbers come from (Hub repository or paper).
+        gathered_params: parameters a decode step *gathers* (B rows) rather than reads whole: an
+            untied input embedding table (``vocab x hidden``) and learned position tables (OPT).
+            A tied table counts 0 here: the LM head reads it whole every step.  Used by
+            :mod:`~paged_kv.memory.decode_cost` for the bytes a decode step reads.
 
     Sizes may be Python ints or numpy integers (stored as ``int``); bools and floats are refused.
 
@@ -79,6 +83,7 @@ class ModelSpec:
     weights_dtype: str = "bf16"
     max_position: int | None = None
     source: str = ""
+    gathered_params: int = 0
 
     def __post_init__(self) -> None:
         fix = lambda field, value: object.__setattr__(self, field, value)  # frozen dataclass
@@ -87,7 +92,7 @@ class ModelSpec:
                 fix(field, count(field, getattr(self, field), 1))
             except ConfigError as e:
                 raise ConfigError(f"{self.name}: {e}") from None
-        for field in ("kv_lora_rank", "qk_rope_head_dim", "sliding_layers"):
+        for field in ("kv_lora_rank", "qk_rope_head_dim", "sliding_layers", "gathered_params"):
             try:
                 fix(field, count(field, getattr(self, field), 0))
             except ConfigError as e:
@@ -102,6 +107,9 @@ class ModelSpec:
             fix("weights_dtype", weights_dtype_name(self.weights_dtype))
         except ConfigError as e:
             raise ConfigError(f"{self.name}: {e}") from None
+        if self.gathered_params >= self.num_params:
+            raise ConfigError(f"{self.name}: gathered_params {self.gathered_params:,} must be below "
+                              f"num_params {self.num_params:,}")
         if self.num_heads % self.num_kv_heads:
             raise ConfigError(f"{self.name}: num_heads {self.num_heads} is not divisible by "
                               f"num_kv_heads {self.num_kv_heads}")
@@ -138,17 +146,27 @@ class ModelSpec:
         return cls(name=name, num_layers=cfg.num_layers, hidden_size=cfg.hidden_size,
                    num_heads=cfg.num_heads, num_kv_heads=cfg.num_kv_heads, head_dim=cfg.head_dim,
                    num_params=cfg.num_parameters(), weights_dtype=weights_dtype,
-                   max_position=cfg.max_seq_len, source=source)
+                   max_position=cfg.max_seq_len, source=source,
+                   gathered_params=0 if cfg.tie_embeddings else cfg.vocab_size * cfg.hidden_size)
 
 
 @dataclass(frozen=True)
 class GPUSpec:
-    """One GPU: ``memory_bytes`` is the total ``nvidia-smi`` reports (MiB x 2^20), per GPU."""
+    """One GPU: ``memory_bytes`` is the total ``nvidia-smi`` reports (MiB x 2^20), per GPU.
+
+    ``bandwidth`` (bytes/s of HBM/GDDR, decimal, as vendors quote it) and ``peak_flops``
+    (dense fp16/bf16 tensor-core FLOP/s, no sparsity) come from the vendor's datasheet
+    (``perf_source``); their ratio is the ridge point of the roofline (:func:`~paged_kv.memory.
+    decode_cost.ridge_point`).  0 means unknown.
+    """
 
     name: str
     marketed: str
     memory_bytes: int
     source: str = ""
+    bandwidth: float = 0.0
+    peak_flops: float = 0.0
+    perf_source: str = ""
 
 
 # --- parameter counts (what transformers' model classes hold) -------------------------------

@@ -36,10 +36,14 @@ class ModelConfig:
         rope_theta: base of the rotary position embedding frequencies.
         rms_norm_eps: epsilon inside RMSNorm.
         tie_embeddings: whether the output projection reuses the token embedding matrix.
+        rope_scaling: ``None`` (plain RoPE) or Llama 3.1's frequency rule as a tuple
+            ``(factor, low_freq_factor, high_freq_factor, original_max_position_embeddings)``
+            (HF ``rope_type: "llama3"``; see :func:`paged_kv.model.llama.rope_inv_freq`).
 
     Raises:
         ConfigError: on a non-positive size, ``num_heads % num_kv_heads != 0``, an odd
-            ``head_dim`` (rotary embeddings rotate pairs), or a bad epsilon/theta.
+            ``head_dim`` (rotary embeddings rotate pairs), a bad epsilon/theta, or a
+            ``rope_scaling`` that is not four positive numbers with ``high > low``.
     """
 
     vocab_size: int = 256
@@ -53,6 +57,7 @@ class ModelConfig:
     rope_theta: float = 10000.0
     rms_norm_eps: float = 1e-5
     tie_embeddings: bool = True
+    rope_scaling: tuple[float, float, float, int] | None = None
 
     def __post_init__(self) -> None:
         fix = lambda name, value: object.__setattr__(self, name, value)  # frozen dataclass
@@ -76,6 +81,19 @@ class ModelConfig:
         if not isinstance(self.tie_embeddings, (bool, np.bool_)):
             raise ConfigError(f"tie_embeddings must be True or False, got {self.tie_embeddings!r}")
         fix("tie_embeddings", bool(self.tie_embeddings))
+        if self.rope_scaling is not None:
+            try:
+                factor, low, high, original = self.rope_scaling
+            except (TypeError, ValueError):
+                raise ConfigError("rope_scaling must be None or (factor, low_freq_factor, high_freq_factor, "
+                                  f"original_max_position_embeddings), got {self.rope_scaling!r}") from None
+            scaling = (real("rope_scaling factor", factor, 0.0, low_open=True),
+                       real("rope_scaling low_freq_factor", low, 0.0, low_open=True),
+                       real("rope_scaling high_freq_factor", high, 0.0, low_open=True),
+                       count("rope_scaling original_max_position_embeddings", original, 1))
+            if scaling[2] <= scaling[1]:
+                raise ConfigError(f"rope_scaling high_freq_factor {high} must exceed low_freq_factor {low}")
+            fix("rope_scaling", scaling)
 
     # --- derived sizes -------------------------------------------------------------------
     @property
@@ -110,17 +128,58 @@ class ModelConfig:
         unknown = sorted(set(d) - known)
         if unknown:
             raise ConfigError(f"unknown ModelConfig fields {unknown}; known: {sorted(known)}")
+        d = dict(d)
+        if isinstance(d.get("rope_scaling"), list):  # JSON has no tuples
+            d["rope_scaling"] = tuple(d["rope_scaling"])
         return cls(**d)
 
     @classmethod
     def from_hf(cls, hf: Mapping[str, Any] | Any) -> "ModelConfig":
-        """Build from a Hugging Face Llama config (a ``LlamaConfig`` or its ``config.json`` dict)."""
+        """Build from a Hugging Face Llama config (a ``LlamaConfig`` or its ``config.json`` dict).
+
+        Every field that would change the math and that :class:`~paged_kv.model.TinyLlama` does
+        not implement is refused rather than ignored (ignoring it would give other logits than
+        transformers): RoPE scaling other than ``"default"`` and ``"llama3"`` (``linear``,
+        ``dynamic``, ``yarn``, ``longrope``, ...), ``partial_rotary_factor`` below 1, attention or
+        MLP biases, an activation other than SiLU, logit soft-capping, a query pre-attention
+        scalar, and an active sliding window shorter than the context.
+
+        Raises:
+            ConfigError: naming the unsupported field and its value.
+        """
         get = (lambda k, default=None: hf.get(k, default)) if isinstance(hf, Mapping) else (
             lambda k, default=None: getattr(hf, k, default))
         heads = get("num_attention_heads")
+        params = dict(get("rope_parameters") or {})   # transformers >= 5: theta and scaling here
+        scaling = get("rope_scaling") or params
         rope = get("rope_theta")
-        if rope is None:  # transformers >= 5 keeps it in rope_parameters
-            rope = (get("rope_parameters") or {}).get("rope_theta", 10000.0)
+        if rope is None:
+            rope = params.get("rope_theta", 10000.0)
+        rope_type = (scaling or {}).get("rope_type", (scaling or {}).get("type", "default")) or "default"
+        rope_scaling = None
+        if rope_type == "llama3":
+            rope_scaling = (scaling.get("factor"), scaling.get("low_freq_factor"), scaling.get("high_freq_factor"),
+                            scaling.get("original_max_position_embeddings"))
+        elif rope_type != "default":
+            raise ConfigError(f"rope_scaling rope_type {rope_type!r} is not implemented (only 'default' and "
+                              "'llama3'): the logits would differ from transformers'")
+        partial = params.get("partial_rotary_factor", get("partial_rotary_factor", 1.0))
+        refused = {
+            "partial_rotary_factor": partial not in (None, 1, 1.0),
+            "attention_bias": bool(get("attention_bias", False)),
+            "mlp_bias": bool(get("mlp_bias", False)),
+            "hidden_act": get("hidden_act", "silu") not in ("silu", "swish", None),
+            "attn_logit_softcapping": get("attn_logit_softcapping") is not None,
+            "final_logit_softcapping": get("final_logit_softcapping") is not None,
+            "query_pre_attn_scalar": get("query_pre_attn_scalar") is not None,
+            "sliding_window": (get("sliding_window") is not None and get("use_sliding_window", True) is not False
+                               and get("sliding_window") < (get("max_position_embeddings") or 0)),
+        }
+        for name, bad in refused.items():
+            if bad:
+                value = partial if name == "partial_rotary_factor" else get(name)
+                raise ConfigError(f"{name}={value!r} is not implemented by TinyLlama: the logits would "
+                                  "differ from transformers'")
         return cls(
             vocab_size=get("vocab_size"),
             hidden_size=get("hidden_size"),
@@ -133,6 +192,7 @@ class ModelConfig:
             rope_theta=float(rope),
             rms_norm_eps=float(get("rms_norm_eps", 1e-6)),
             tie_embeddings=bool(get("tie_word_embeddings", False)),
+            rope_scaling=rope_scaling,
         )
 
     @classmethod

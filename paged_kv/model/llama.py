@@ -10,6 +10,7 @@ Legend: B batch, T tokens, H query heads, Hkv kv heads, D head_dim, C hidden siz
 
 from __future__ import annotations
 
+import math
 from typing import Mapping
 
 import torch
@@ -36,14 +37,34 @@ class RMSNorm(nn.Module):
         return self.weight * xf.to(x.dtype)
 
 
-def rope_cos_sin(positions: torch.Tensor, head_dim: int, theta: float, dtype: torch.dtype):
+def rope_inv_freq(head_dim: int, theta: float, scaling=None, device=None) -> torch.Tensor:
+    """``[D/2]`` fp32 rotation frequencies ``theta^(-2i/D)``, optionally rescaled by Llama 3.1's rule.
+
+    ``scaling = (factor, low_freq_factor, high_freq_factor, original_context)`` (HF ``rope_type:
+    "llama3"``, Llama 3 paper §3 / Meta's reference code): a frequency whose wavelength
+    ``2 pi / f`` is longer than ``original_context / low_freq_factor`` is divided by ``factor``;
+    one shorter than ``original_context / high_freq_factor`` is kept; in between the two are
+    blended linearly in ``original_context / wavelength``.
+    """
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=device, dtype=torch.float32) / head_dim))
+    if scaling is None:
+        return inv_freq
+    factor, low, high, original = scaling
+    wavelen = 2 * math.pi / inv_freq
+    smooth = ((original / wavelen - low) / (high - low)).clamp(0.0, 1.0)
+    blended = (1 - smooth) * inv_freq / factor + smooth * inv_freq
+    return torch.where(wavelen > original / low, inv_freq / factor,
+                       torch.where(wavelen < original / high, inv_freq, blended))
+
+
+def rope_cos_sin(positions: torch.Tensor, head_dim: int, theta: float, dtype: torch.dtype, scaling=None):
     """Rotary embedding tables for ``positions [B, T]`` -> ``cos, sin [B, T, 1, D]``.
 
     RoFormer (Su et al. 2021) in the "rotate half" layout of HF Llama: dimension ``i`` pairs with
-    ``i + D/2`` and rotates by ``position * theta^(-2i/D)``.
+    ``i + D/2`` and rotates by ``position * inv_freq[i]`` (:func:`rope_inv_freq`, with the
+    config's ``rope_scaling``).
     """
-    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=positions.device,
-                                             dtype=torch.float32) / head_dim))
+    inv_freq = rope_inv_freq(head_dim, theta, scaling, positions.device)
     angles = positions.float()[..., None] * inv_freq  # (B, T, D/2)
     angles = torch.cat([angles, angles], dim=-1)  # (B, T, D)
     return angles.cos()[:, :, None, :].to(dtype), angles.sin()[:, :, None, :].to(dtype)
@@ -176,7 +197,8 @@ class TinyLlama(nn.Module):
             raise PromptError(f"position {int(meta.positions.max())} is past the model's "
                               f"max_seq_len {self.cfg.max_seq_len}")
         x = self.embed_tokens(input_ids)  # (B, T, C)
-        cos, sin = rope_cos_sin(meta.positions, self.cfg.head_dim, self.cfg.rope_theta, x.dtype)
+        cos, sin = rope_cos_sin(meta.positions, self.cfg.head_dim, self.cfg.rope_theta, x.dtype,
+                                self.cfg.rope_scaling)
         for layer in self.layers:
             x = layer(x, cos, sin, meta, cache, backend)
         return self.lm_head(self.norm(x)).float()  # (B, T, V)

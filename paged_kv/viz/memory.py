@@ -30,6 +30,7 @@ CONTEXTS = [1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072]
 CALC_CONTEXTS = [512, *CONTEXTS]  # 512: the bundled tiny model's whole context
 BEYOND = "beyond max context"
 GREY = "#A0A0A0"
+BEYOND_MARK = " †"  # a calculator row beyond the model's maximum context (short: one line on a phone)
 
 
 def _k(n: int) -> str:
@@ -40,10 +41,12 @@ def _k(n: int) -> str:
 
 
 def _binary(n: float) -> str:
-    """Bytes in the largest binary unit that keeps the number >= 1 (a table cell)."""
+    """Bytes in the largest binary unit that keeps the number >= 1, three significant digits
+    (a table cell that stays on one line on a phone): "64 MiB", "1 GiB", "56.7 GiB"."""
     for unit, size in (("GiB", GiB), ("MiB", MiB), ("KiB", KiB)):
         if n >= size:
-            return f"{n / size:,.2f} {unit}"
+            v = n / size
+            return f"{v:,.0f} {unit}" if v >= 100 or v == int(v) else f"{v:.3g} {unit}"
     return f"{n:,.0f} B"
 
 
@@ -100,14 +103,15 @@ def kv_vs_weights_figure(data: dict) -> go.Figure:
     fig.add_hline(y=1, line=dict(color="#444", dash="dash"), annotation_text="KV cache = weights",
                   annotation_position="top left")
     fig.update_layout(
-        title=f"KV cache ({data['kv_dtype']}) relative to the weights, as the context grows"
-              "<br><sup>◆ a model's maximum context: its line stops there (no ◆: the maximum "
+        title=f"KV cache ({data['kv_dtype']}) / weights as the context grows"
+              "<br><sup>◆ a model's maximum context: its line stops there<br>(no ◆: the maximum "
               "lies beyond the chart)</sup>",
-        title_font_size=15,
+        title_font_size=14,
         xaxis=dict(title="context length (tokens per sequence)", type="log", tickvals=x,
                    ticktext=[_k(c) for c in x]),
-        yaxis=dict(title="KV cache / weights", type="log", exponentformat="none"), height=460,
-        margin=dict(l=60, r=20, t=100, b=50), legend=dict(font=dict(size=10)),
+        yaxis=dict(title="KV cache / weights", type="log", exponentformat="none", dtick=1), height=560,
+        margin=dict(l=60, r=10, t=110, b=50),
+        legend=dict(font=dict(size=10), orientation="h", y=-0.2, yanchor="top", x=0),
         updatemenus=[dict(buttons=buttons, direction="down", x=1.0, xanchor="right", y=1.01,
                           yanchor="bottom")])
     return fig
@@ -146,20 +150,23 @@ def _beyond_marks(data: dict, c: int) -> list:
 
 
 def gpu_fit_figure(data: dict) -> go.Figure:
-    """Grouped bars: models x GPUs; a slider picks the context length.
+    """Grouped dots (one per GPU) on a log axis: models x GPUs; a slider picks the context length.
 
-    Labels stand upright above their bars (side by side they would run together), on a log
-    axis fixed over all contexts so the slider compares like with like.  A model whose maximum
-    context is below the slider's value shows no bars and a "beyond max context" mark.
+    Dots, not bars: a bar on a log axis has no meaningful length.  Each dot carries its count as
+    a label; the axis is fixed over all contexts (so the slider compares like with like) and
+    labelled at powers of ten only.  A model whose maximum context is below the slider's value
+    shows no dots and a "beyond max context" mark.
     """
     fig = go.Figure()
     c0 = data["contexts"][0]
     for i, g in enumerate(data["gpus"]):
         y, labels = _fit_bars(data, c0, g)
-        fig.add_trace(go.Bar(x=data["models"], y=y, name=g, marker_color=COLORS[i % len(COLORS)],
-                             text=labels, textposition="outside", textangle=-90,
-                             cliponaxis=False, textfont=dict(size=10), constraintext="none",
-                             hovertemplate=f"{g}: %{{y:,}} sequences<extra>%{{x}}</extra>"))
+        fig.add_trace(go.Scatter(x=data["models"], y=y, name=g, mode="markers+text",
+                                 marker=dict(color=COLORS[i % len(COLORS)], size=11,
+                                             line=dict(width=1, color="white")),
+                                 text=labels, textposition="middle right", cliponaxis=False,
+                                 textfont=dict(size=9, color=COLORS[i % len(COLORS)]),
+                                 hovertemplate=f"{g}: %{{y:,}} sequences<extra>%{{x}}</extra>"))
     steps = []
     for c in data["contexts"]:
         bars = [_fit_bars(data, c, g) for g in data["gpus"]]
@@ -172,16 +179,16 @@ def gpu_fit_figure(data: dict) -> go.Figure:
     ticks = [f"{m}<br><sup>max {_k(t)}</sup>" if t else m
              for m, t in zip(data["models"], data["max_position"])]
     fig.update_layout(
-        barmode="group", height=520, margin=dict(l=60, r=20, t=70, b=40),
-        title=f"Sequences that fit on one GPU (TP={data['tp']}, KV in {data['kv_dtype']}, "
-              f"{RESERVE_FRACTION:.0%} reserve)<br><sup>weights in their serving dtype; no bar: the weights alone "
-              f"do not fit, or the context is {BEYOND} (marked)</sup>",
+        scattermode="group", scattergap=0.35, height=580, margin=dict(l=60, r=10, t=90, b=40),
+        title=f"Sequences that fit on one GPU<br>(TP={data['tp']}, KV in {data['kv_dtype']}, "
+              f"{RESERVE_FRACTION:.0%} reserve)<br><sup>weights in their serving dtype; no dot: the weights "
+              f"alone do not fit,<br>or the context is {BEYOND} (marked)</sup>",
         title_font_size=14, annotations=_beyond_marks(data, c0),
         xaxis=dict(tickvals=data["models"], ticktext=ticks),
-        yaxis=dict(title="concurrent sequences (log)", type="log", range=[-0.15, top + 0.75]),
-        legend=dict(orientation="h", y=-0.14, x=0.5, xanchor="center", yanchor="top"),
+        yaxis=dict(title="concurrent sequences (log)", type="log", range=[-0.15, top + 0.75], dtick=1),
+        legend=dict(orientation="h", y=-0.16, x=0.5, xanchor="center", yanchor="top"),
         sliders=[dict(active=0, steps=steps, currentvalue=dict(prefix="context length: "),
-                      pad=dict(t=80))])
+                      pad=dict(t=110))])
     return fig
 
 
@@ -204,31 +211,37 @@ def _describe(spec) -> str:
 
 
 def attention_variants_figure(data: dict) -> go.Figure:
-    """Bars of KiB per token: the whole model, and what each GPU keeps under tensor parallelism."""
+    """Bars of KiB per token on a linear axis (lengths proportional, each bar labelled): the whole
+    model, and what each GPU keeps under tensor parallelism."""
     labels = [r["label"] for r in data["rows"]]
     fig = go.Figure()
     for i, (key, name) in enumerate([("whole", "whole model (one GPU)"),
                                      ("per_gpu", f"per GPU with TP={data['tp']}")]):
         y = [r[key] / 1024 for r in data["rows"]]
-        fig.add_trace(go.Bar(x=labels, y=y, name=name, marker_color=COLORS[i],
+        fig.add_trace(go.Bar(x=[lb.replace(" (", "<br>(") for lb in labels], y=y, name=name, marker_color=COLORS[i],
                              text=[f"{v:,.0f} KiB" for v in y], textposition="outside", cliponaxis=False,
                              hovertemplate="%{x}<br>%{y:,.1f} KiB per token<extra>" + name + "</extra>"))
     fig.update_layout(
-        barmode="group", height=420, margin=dict(l=60, r=20, t=60, b=60),
-        title=f"KV bytes per token, {data['model']}'s shape ({data['kv_dtype']})",
-        yaxis=dict(title="KiB per token (log)", type="log"),
-        legend=dict(orientation="h", y=1.0, x=1, xanchor="right", yanchor="bottom"))
+        barmode="group", height=440, margin=dict(l=60, r=10, t=60, b=60),
+        title=f"KV bytes per token,<br>{data['model']}'s shape ({data['kv_dtype']})",
+        yaxis=dict(title="KiB per token", rangemode="tozero"),
+        legend=dict(orientation="h", y=-0.25, x=0, yanchor="top"))
     return fig
 
 
 # --- the static calculator -----------------------------------------------------------------------
 CALC_COLUMNS = ["context (tokens)", "KV / sequence", "share of one GPU", "max batch",
-                "KV at that batch", "max batch, fp8 KV", "max batch, TP=8"]
+                "max batch, fp8 KV", "max batch, TP=8"]
+# the same columns as shown: two short lines each, so the table keeps one line per row on a phone
+CALC_HEADERS = ["context<br>(tokens)", "KV /<br>sequence", "share of<br>one GPU", "max<br>batch",
+                "max batch<br>fp8 KV", "max batch<br>TP=8"]
 NO_ROOM = "✗"  # the weights alone do not fit
-NO_WEIGHTS = "weights do not fit"  # "KV at that batch" when there is no batch at all
 DASH = "–"  # a row beyond the model's maximum context
-TP_DASHES = ["solid", "dash", "dot", "dashdot"]
-TP_SYMBOLS = ["circle", "square", "diamond", "x"]
+TP_DASHES = ["solid", "dash", "dot", "dashdot", "longdash"]
+TP_SYMBOLS = ["circle", "square", "diamond", "x", "triangle-up"]
+HIGHLIGHT = "#FFF3C4"      # the highlighted row; the context marker is MARKER_COLOR: neither is a series colour
+MARKER_COLOR = "#222222"
+NOTHING_FITS = "nothing fits on this GPU at any context shown<br>(the weights alone, or the heads do not split)"
 
 
 def _fit(spec, gpu: str, context: int, kv_dtype: str = "fp16", tp: int = 1):
@@ -241,7 +254,7 @@ def _fit(spec, gpu: str, context: int, kv_dtype: str = "fp16", tp: int = 1):
 
 
 def calculator_data(models: Sequence[str], gpus: Sequence[str], contexts: Sequence[int] = CALC_CONTEXTS,
-                    tps: Sequence[int] = (1, 2, 4, 8)) -> dict:
+                    tps: Sequence[int] = (1, 2, 4, 8, 16)) -> dict:
     """Every case of the static calculator, precomputed with :func:`paged_kv.memory.plan_memory`
     (fp16 KV unless said, weights in their serving dtype, 10% reserve).  A max batch of -1 means
     the weights alone do not fit; ``None``, that the heads cannot be split over that many GPUs.
@@ -279,21 +292,14 @@ def _fmt_share(share: float) -> str:
     return f"{pct:,.2f}%" if pct >= 0.01 else f"{pct:.1g}%"
 
 
-def _fmt_kv_at_batch(r: dict) -> str:
-    if r["batch"] is None or r["batch"] < 0:
-        return NO_WEIGHTS
-    return "no sequence fits" if r["batch"] == 0 else _binary(r["batch"] * r["per_seq"])
-
-
 def _table_columns(rows: list) -> list:
     """The table's columns; a row beyond the model's maximum context keeps only its context."""
     def col(fmt):
         return [DASH if r["beyond"] else fmt(r) for r in rows]
-    return [[f"{r['context']:,}" + (f" ({BEYOND})" if r["beyond"] else "") for r in rows],
+    return [[f"{r['context']:,}" + (BEYOND_MARK if r["beyond"] else "") for r in rows],
             col(lambda r: _binary(r["per_seq"])),
             col(lambda r: _fmt_share(r["share"])),
             col(lambda r: _fmt_batch(r["batch"])),
-            col(_fmt_kv_at_batch),
             col(lambda r: _fmt_batch(r["batch_fp8"])),
             col(lambda r: _fmt_batch(r["batch_tp"].get(8)))]
 
@@ -306,23 +312,22 @@ def _font_colors(rows: list) -> list:
 def _model_note(name: str, m: dict) -> str:
     window = f", sliding window {m['window']:,}" if m["window"] else ""
     cached = m["shape"] if m["kind"] == "MLA" else f"{m['shape']} x {m['head_dim']}"
-    top = (f"max context {m['max_position']:,} tokens (grey rows: {BEYOND})"
+    top = (f"max context {m['max_position']:,} tokens (grey rows{BEYOND_MARK}: beyond it)"
            if m["max_position"] else "max context not declared")
-    return (f"<b>{name}</b>: {m['kind']}, {m['layers']} layers x {cached}{window} "
-            f"<i>({m['source']})</i><br>KV per token: {m['per_token']:,} B in fp16, "
-            f"{m['per_token_fp8']:,} B in fp8; {top}"
+    return (f"<b>{name}</b>: {m['kind']}, {m['layers']} layers x {cached}{window}"
+            f"<br><i>{m['source']}</i><br>KV per token: {m['per_token']:,} B in fp16, "
+            f"{m['per_token_fp8']:,} B in fp8<br>{top}"
             f"<br>weights ({m['weights_dtype']}): {format_bytes(m['weights'], 'auto')}")
 
 
 def _gpu_note(name: str, g: dict) -> str:
-    return (f"<b>{name}</b> (sold as \"{g['marketed']}\"): "
-            f"{format_bytes(g['memory_bytes'], 'auto')} per GPU, {RESERVE_FRACTION:.0%} kept for activations<br>"
-            f"table: TP=1 and fp16 KV unless the column says; {NO_ROOM}: the weights alone do not "
-            f"fit; -: the heads do not split over that many GPUs")
+    return (f"<b>{name}</b> (sold as \"{g['marketed']}\"): {format_bytes(g['memory_bytes'], 'auto')}"
+            f"<br>per GPU, {RESERVE_FRACTION:.0%} kept for activations; TP=1, fp16 KV unless"
+            f"<br>a column says; {NO_ROOM}: the weights do not fit; -: heads do not split")
 
 
 def _row_fills(n: int, active: int) -> list:
-    column = ["#FFF3C4" if i == active else ("#F7F7F7" if i % 2 else "white") for i in range(n)]
+    column = [HIGHLIGHT if i == active else ("#F7F7F7" if i % 2 else "white") for i in range(n)]
     return [column] * len(CALC_COLUMNS)
 
 
@@ -330,6 +335,11 @@ def _line_y(m: dict, g: str, tp: int) -> list:
     """Max batch at TP=``tp`` for the chart: gaps where nothing fits or beyond max context."""
     return [r["batch_tp"][tp] if r["batch_tp"][tp] and r["batch_tp"][tp] > 0 and not r["beyond"]
             else None for r in m["cases"][g]]
+
+
+def _nothing_fits_y(m: dict, g: str, tps: Sequence[int]) -> list:
+    """The "nothing fits" note's y: ``[1]`` (shown) when no TP line of ``g`` has a point, else ``[None]``."""
+    return [None] if any(v is not None for tp in tps for v in _line_y(m, g, tp)) else [1]
 
 
 def calculator_figure(data: dict, model: str | None = None, gpu: str | None = None,
@@ -348,7 +358,7 @@ def calculator_figure(data: dict, model: str | None = None, gpu: str | None = No
     if context_index is None:
         context_index = contexts.index(8192) if 8192 in contexts else 0
     xs = list(range(len(contexts)))
-    fig = make_subplots(rows=2, cols=1, row_heights=[0.52, 0.48], vertical_spacing=0.1,
+    fig = make_subplots(rows=2, cols=1, row_heights=[0.56, 0.44], vertical_spacing=0.1,
                         specs=[[{"type": "table"}], [{"type": "xy"}]])
     # Per GPU, one table (named "table: <GPU>") and one line per TP degree; each trace's meta says
     # which, and the controls find traces, annotations and the marker by those names.
@@ -359,10 +369,11 @@ def calculator_figure(data: dict, model: str | None = None, gpu: str | None = No
         rows = data["models"][model]["cases"][g]
         fig.add_trace(go.Table(
             name=f"table: {g}", meta=dict(kind="table", gpu=g),
-            header=dict(values=[f"<b>{c}</b>" for c in CALC_COLUMNS], fill_color="#E8EEF6", font=dict(size=11)),
+            header=dict(values=[f"<b>{c}</b>" for c in CALC_HEADERS], fill_color="#E8EEF6", font=dict(size=10),
+                        height=34),
             cells=dict(values=_table_columns(rows), fill_color=_row_fills(len(rows), context_index),
-                       font=dict(size=11, color=_font_colors(rows)), height=22),
-            columnwidth=[1.6, 1, 0.9, 0.8, 1.2, 0.9, 0.9], visible=visible), row=1, col=1)
+                       font=dict(size=10, color=_font_colors(rows)), height=20),
+            columnwidth=[1.05, 1.3, 1.0, 0.8, 0.95, 0.9], visible=visible), row=1, col=1)
         for j, tp in enumerate(tps):
             fig.add_trace(go.Scatter(
                 meta=dict(kind="line", gpu=g, tp=tp),
@@ -371,17 +382,21 @@ def calculator_figure(data: dict, model: str | None = None, gpu: str | None = No
                 marker=dict(symbol=TP_SYMBOLS[j % len(TP_SYMBOLS)], size=max(sizes[j], 4)),
                 visible=visible, legendgroup=f"tp{tp}", showlegend=True,
                 hovertemplate=f"TP={tp}: %{{y:,}} sequences<extra></extra>"), row=2, col=1)
+        fig.add_trace(go.Scatter(   # said in the chart, not an empty chart with a stale axis
+            meta=dict(kind="note", gpu=g), x=[(len(xs) - 1) / 2], y=_nothing_fits_y(data["models"][model], g, tps),
+            mode="text", text=[NOTHING_FITS], textfont=dict(size=13, color="#B00"), showlegend=False,
+            hoverinfo="skip", visible=visible, name=f"nothing fits: {g}"), row=2, col=1)
 
     fig.add_shape(type="line", x0=context_index, x1=context_index, y0=0, y1=1, xref="x", yref="y domain",
-                  line=dict(color="#E45756", dash="dot"), name="context marker")
+                  line=dict(color=MARKER_COLOR, dash="dot", width=1.5), name="context marker")
     note = dict(xref="paper", yref="paper", x=0, xanchor="left", yanchor="top", showarrow=False,
                 align="left", font=dict(size=11))
     fig.update_layout(annotations=[
-        dict(text=_model_note(model, data["models"][model]), y=1.235, name="model note", **note),
-        dict(text=_gpu_note(gpu, data["gpus"][gpu]), y=1.125, name="GPU note", **note),
-        dict(text="<b>model</b>", x=0, y=1.29, xref="paper", yref="paper", xanchor="right",
+        dict(text=_model_note(model, data["models"][model]), y=1.33, name="model note", **note),
+        dict(text=_gpu_note(gpu, data["gpus"][gpu]), y=1.185, name="GPU note", **note),
+        dict(text="<b>model</b>", x=0, y=1.395, xref="paper", yref="paper", xanchor="right",
              yanchor="top", showarrow=False, name="model label"),
-        dict(text="<b>GPU</b>", x=0.45, y=1.29, xref="paper", yref="paper", xanchor="right",
+        dict(text="<b>GPU</b>", x=0.5, y=1.395, xref="paper", yref="paper", xanchor="right",
              yanchor="top", showarrow=False, name="GPU label")])
     order = [(t.meta["kind"], t.meta["gpu"], t.meta.get("tp")) for t in fig.data]
     table_idx = trace_indices(fig, [f"table: {g}" for g in gpus])
@@ -396,7 +411,8 @@ def calculator_figure(data: dict, model: str | None = None, gpu: str | None = No
         for kind, g, tp in order:
             cells.append(_table_columns(m["cases"][g]) if kind == "table" else None)
             colors.append(_font_colors(m["cases"][g]) if kind == "table" else None)
-            ys.append(None if kind == "table" else _line_y(m, g, tp))
+            ys.append(None if kind == "table" else (_nothing_fits_y(m, g, tps) if kind == "note"
+                                                    else _line_y(m, g, tp)))
         return [{"cells.values": cells, "cells.font.color": colors, "y": ys},
                 {model_note: _model_note(name, m)}]
 
@@ -408,17 +424,17 @@ def calculator_figure(data: dict, model: str | None = None, gpu: str | None = No
                   args=[{"cells.fill.color": [_row_fills(len(contexts), i)] * len(gpus)},
                         {marker_x0: i, marker_x1: i}, table_idx]) for i, c in enumerate(contexts)]
     fig.update_layout(
-        height=840, margin=dict(l=60, r=20, t=190, b=40), title=None,
-        updatemenus=[dict(buttons=model_menu, active=models.index(model), x=0, xanchor="left", y=1.305,
+        height=900, margin=dict(l=45, r=5, t=250, b=40), title=None,
+        updatemenus=[dict(buttons=model_menu, active=models.index(model), x=0, xanchor="left", y=1.41,
                           yanchor="top", direction="down"),
-                     dict(buttons=gpu_menu, active=gpus.index(gpu), x=0.45, xanchor="left", y=1.305,
+                     dict(buttons=gpu_menu, active=gpus.index(gpu), x=0.5, xanchor="left", y=1.41,
                           yanchor="top", direction="down")],
         sliders=[dict(active=context_index, steps=steps, currentvalue=dict(prefix="highlighted context: "),
                       pad=dict(t=30), y=-0.02)],
         legend=dict(orientation="h", x=1, xanchor="right", y=0.45, yanchor="bottom",
-                    title_text="fp16 KV (lines that coincide overlap):"))
+                    title_text="fp16 KV:"))
     fig.update_xaxes(tickvals=xs, ticktext=[_k(c) for c in contexts], title_text="context length (tokens)", row=2, col=1)
-    fig.update_yaxes(type="log", title_text="max concurrent sequences", row=2, col=1)
+    fig.update_yaxes(type="log", title_text="max concurrent sequences", row=2, col=1, dtick=1)
     return fig
 
 
@@ -426,7 +442,8 @@ def calculator_figure(data: dict, model: str | None = None, gpu: str | None = No
 def gpu_memory_parts(plan) -> dict:
     """Plain numbers of one GPU from a :class:`~paged_kv.memory.MemoryPlan` (bytes, per GPU)."""
     used = plan.weights_bytes + plan.reserve_bytes + plan.kv_bytes
-    return {"title": f"one of {plan.tp} x {plan.gpu}: {plan.batch_size} x {plan.seq_len:,} tokens",
+    group = f"{plan.tp} x {plan.gpu}" if plan.pp == 1 else f"{plan.tp * plan.pp} x {plan.gpu} (PP={plan.pp})"
+    return {"title": f"one of {group}: {plan.batch_size} x {plan.seq_len:,} tokens",
             "gpu_bytes": plan.gpu_bytes, "parts": {
                 "weights": plan.weights_bytes, "reserve": plan.reserve_bytes,
                 f"KV cache ({plan.kv_dtype})": plan.kv_bytes, "free": max(0, plan.gpu_bytes - used)}}

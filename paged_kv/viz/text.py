@@ -6,18 +6,23 @@ that states a conclusion), so no chapter defines its own copy.
 
 * :func:`md_table`: rows as a Markdown table (a string);
 * :func:`table`: display that table;
-* :func:`say`: display a computed sentence or paragraph as Markdown.
+* :func:`say`: display a computed sentence or paragraph as Markdown;
+* :func:`show_source`: display the source of a package object as a highlighted code block;
+* :func:`show_diff`: display what changes between two functions' sources as a ``diff`` block.
 """
 
 from __future__ import annotations
 
+import difflib
+import inspect
+import textwrap
 from typing import Iterable, Sequence
 
 from IPython.display import Markdown, display
 
 from ..errors import ConfigError
 
-__all__ = ["md_table", "say", "table"]
+__all__ = ["md_table", "say", "show_diff", "show_source", "table"]
 
 
 def _cell(value) -> str:
@@ -50,3 +55,23 @@ def table(header: Sequence, rows: Iterable[Sequence]) -> None:
 def say(text: str) -> None:
     """Display computed prose (Markdown): the conclusion a cell's numbers support, in words."""
     display(Markdown(text))
+
+
+def _source(obj) -> list[str]:
+    if isinstance(obj, str):
+        return obj.splitlines()
+    return textwrap.dedent(inspect.getsource(obj)).splitlines()
+
+
+def show_source(*objs) -> None:
+    """Display the sources of ``objs`` (functions, classes, methods) as one Python code block:
+    the package's real code, read with :func:`inspect.getsource`, never a copy."""
+    code = "\n\n".join("\n".join(_source(o)) for o in objs)
+    display(Markdown(f"```python\n{code}\n```"))
+
+
+def show_diff(old, new, old_name: str, new_name: str, context: int = 3) -> None:
+    """Display a unified diff from ``old`` to ``new`` (objects whose source is read, or strings),
+    lines removed marked ``-`` and added ``+``, as a ``diff`` code block."""
+    lines = difflib.unified_diff(_source(old), _source(new), old_name, new_name, n=context, lineterm="")
+    display(Markdown("```diff\n" + "\n".join(lines) + "\n```"))

@@ -1,7 +1,8 @@
 """The live KV-cache calculator (chapter 3): ipywidgets over :mod:`paged_kv.memory`.
 
 Pick a model preset (or "custom" and type its sizes), a context length, a batch size, the KV
-dtype, the GPU and the tensor-parallel degree; the panel prints bytes per token, the KV cache of
+dtype, the GPU, the tensor-parallel degree (up to 16 GPUs of a node pair) and the pipeline-parallel
+degree; the panel prints bytes per token, the KV cache of
 the batch, its share of the GPU, and the largest batch that fits, and draws the GPU's memory
 (:func:`paged_kv.viz.memory.gpu_memory_figure`) in a ``go.FigureWidget`` updated in place, or
 redrawn into an ``ipywidgets.Output`` where FigureWidget is unavailable (it needs ``anywidget``).
@@ -16,7 +17,7 @@ from IPython.display import display
 
 from .. import memory
 from ..errors import PagedKVError
-from ..memory import GPU_PRESETS, KV_DTYPES, MODEL_PRESETS, ModelSpec
+from ..memory import GPU_PRESETS, KV_DTYPES, MODEL_PRESETS, WEIGHT_DTYPE_BITS, ModelSpec
 from ..units import format_bytes
 from ..viz.memory import gpu_memory_figure, gpu_memory_parts
 
@@ -31,27 +32,40 @@ class MemoryCalculator:
     """
 
     def __init__(self, model: str = "Llama-3-8B", gpu: str = "H100-80GB", seq_len: int = 8192,
-                 batch_size: int = 16, kv_dtype: str = "fp16", tp: int = 1,
+                 batch_size: int = 16, kv_dtype: str = "fp16", tp: int = 1, pp: int = 1,
                  use_figure_widget: bool | None = None) -> None:
         self._draw, self._parts = gpu_memory_figure, gpu_memory_parts
         narrow = w.Layout(width="230px")
         self.model = w.Dropdown(options=list(MODEL_PRESETS) + [CUSTOM], value=memory.model_preset(model).name,
                                 description="model")
         base = memory.model_preset(model)
+        self._base = base
         self.custom = {
-            "num_layers": w.BoundedIntText(base.num_layers, min=1, max=1000, description="layers", layout=narrow),
-            "num_heads": w.BoundedIntText(base.num_heads, min=1, max=4096, description="heads", layout=narrow),
-            "num_kv_heads": w.BoundedIntText(base.num_kv_heads, min=1, max=4096, description="KV heads", layout=narrow),
-            "head_dim": w.BoundedIntText(base.head_dim, min=1, max=4096, description="head_dim", layout=narrow),
-            "params_b": w.BoundedFloatText(round(base.num_params / 1e9, 3), min=0.001, max=1e5,
-                                           description="params (B)", layout=narrow),
+            "num_layers": w.BoundedIntText(1, min=1, max=1000, description="layers", layout=narrow),
+            "num_heads": w.BoundedIntText(1, min=1, max=4096, description="heads", layout=narrow),
+            "num_kv_heads": w.BoundedIntText(1, min=1, max=4096, description="KV heads", layout=narrow),
+            "head_dim": w.BoundedIntText(2, min=1, max=4096, description="head_dim", layout=narrow),
+            "params_b": w.BoundedFloatText(1.0, min=0.001, max=1e5, description="params (B)", layout=narrow),
+            "weights_dtype": w.Dropdown(options=list(WEIGHT_DTYPE_BITS), value="bf16", description="weights",
+                                        layout=narrow),
+            "sliding_window": w.BoundedIntText(0, min=0, max=2**24, description="window (0: none)",
+                                               layout=narrow, style={"description_width": "initial"}),
+            "sliding_layers": w.BoundedIntText(0, min=0, max=1000, description="window layers",
+                                               layout=narrow, style={"description_width": "initial"}),
+            "kv_lora_rank": w.BoundedIntText(0, min=0, max=65536, description="MLA latent (0: none)",
+                                             layout=narrow, style={"description_width": "initial"}),
+            "qk_rope_head_dim": w.BoundedIntText(0, min=0, max=4096, description="MLA RoPE key",
+                                                 layout=narrow, style={"description_width": "initial"}),
+            "max_position": w.BoundedIntText(1, min=1, max=2**24, description="max context", layout=narrow),
         }
+        self._fill_custom(base)
         self.seq_len = w.BoundedIntText(seq_len, min=1, max=2**24, description="context", layout=narrow)
         self.batch_size = w.BoundedIntText(batch_size, min=0, max=10**6, description="batch", layout=narrow)
         self.kv_dtype = w.Dropdown(options=list(KV_DTYPES), value=kv_dtype, description="KV dtype", layout=narrow)
         self.gpu = w.Dropdown(options=list(GPU_PRESETS), value=memory.gpu_preset(gpu).name, description="GPU",
                               layout=narrow)
         self.tp = w.Dropdown(options=[1, 2, 4, 8, 16, 32], value=tp, description="TP", layout=narrow)
+        self.pp = w.Dropdown(options=[1, 2, 4, 8], value=pp, description="PP", layout=narrow)
         self.text = w.HTML()
         self.plan, self.error = None, ""
         self.out = None
@@ -64,53 +78,76 @@ class MemoryCalculator:
                     raise
         if self.figure is None:
             self.out = w.Output()
-        custom_box = w.HBox(list(self.custom.values()))
+        custom_box = w.HBox(list(self.custom.values()), layout=w.Layout(flex_flow="row wrap"))
         self._custom_box = custom_box
-        controls = [self.model, self.seq_len, self.batch_size, self.kv_dtype, self.gpu, self.tp,
+        controls = [self.model, self.seq_len, self.batch_size, self.kv_dtype, self.gpu, self.tp, self.pp,
                     *self.custom.values()]
         self._quiet = False
         self.model.observe(self._prefill_custom, names="value")
         for c in controls:
             c.observe(lambda _change: None if self._quiet else self.update(), names="value")
-        self.panel = w.VBox([w.HBox([self.model, self.gpu, self.tp]),
-                             w.HBox([self.seq_len, self.batch_size, self.kv_dtype]), custom_box,
-                             self.text, self.figure if self.figure is not None else self.out])
+        wrap = w.Layout(flex_flow="row wrap")
+        self._figure_box = w.Box([self.figure if self.figure is not None else self.out])
+        self.panel = w.VBox([w.HBox([self.model, self.gpu, self.tp, self.pp], layout=wrap),
+                             w.HBox([self.seq_len, self.batch_size, self.kv_dtype], layout=wrap), custom_box,
+                             self.text, self._figure_box])
         self.update()
 
-    def _prefill_custom(self, change) -> None:
-        """Switching to "custom" starts from the preset shown just before."""
-        if change["new"] != CUSTOM or change["old"] == CUSTOM:
-            return
-        base = memory.model_preset(change["old"])
-        self._quiet = True  # one update for all the fields, run by the model's own observer
+    def _fill_custom(self, base: ModelSpec) -> None:
+        """Set every custom field from ``base`` (the fields are not observed while this runs)."""
+        self._base = base
+        quiet, self._quiet = self._quiet if hasattr(self, "_quiet") else False, True
         try:
-            for key in ("num_layers", "num_heads", "num_kv_heads", "head_dim"):
+            for key in ("num_layers", "num_heads", "num_kv_heads", "head_dim", "weights_dtype",
+                        "sliding_layers", "kv_lora_rank", "qk_rope_head_dim"):
                 self.custom[key].value = getattr(base, key)
             self.custom["params_b"].value = round(base.num_params / 1e9, 3)
+            self.custom["sliding_window"].value = base.sliding_window or 0
+            self.custom["max_position"].value = base.max_position or self.custom["max_position"].max
         finally:
-            self._quiet = False
+            self._quiet = quiet
+
+    def _prefill_custom(self, change) -> None:
+        """Switching to "custom" starts from the *whole* preset shown just before: its sliding
+        window, MLA latent, weights dtype and maximum context too, so the result does not move."""
+        if change["new"] != CUSTOM or change["old"] == CUSTOM:
+            return
+        self._fill_custom(memory.model_preset(change["old"]))
 
     def spec(self) -> ModelSpec:
-        """The chosen preset, or a spec built from the custom fields."""
+        """The chosen preset, or the preset custom started from with the typed fields replaced
+        (the exact parameter count is kept while the rounded field shows it unchanged)."""
         if self.model.value != CUSTOM:
             return memory.model_preset(self.model.value)
         c = {k: v.value for k, v in self.custom.items()}
-        return ModelSpec(CUSTOM, num_layers=c["num_layers"], hidden_size=c["num_heads"] * c["head_dim"],
-                         num_heads=c["num_heads"], num_kv_heads=c["num_kv_heads"], head_dim=c["head_dim"],
-                         num_params=max(1, round(c["params_b"] * 1e9)), weights_dtype="bf16",
-                         source="typed in")
+        base = self._base
+        params = (base.num_params if c["params_b"] == round(base.num_params / 1e9, 3)
+                  else max(1, round(c["params_b"] * 1e9)))
+        window = c["sliding_window"] or None
+        changes = dict(num_layers=c["num_layers"], num_heads=c["num_heads"], num_kv_heads=c["num_kv_heads"],
+                       head_dim=c["head_dim"], num_params=params, weights_dtype=c["weights_dtype"],
+                       sliding_window=window, sliding_layers=c["sliding_layers"] if window else 0,
+                       kv_lora_rank=c["kv_lora_rank"], qk_rope_head_dim=c["qk_rope_head_dim"],
+                       max_position=c["max_position"], name=CUSTOM, source=f"typed in, from {base.name}",
+                       gathered_params=min(base.gathered_params, params - 1))
+        if (c["num_heads"], c["head_dim"]) != (base.num_heads, base.head_dim):
+            changes["hidden_size"] = c["num_heads"] * c["head_dim"]
+        return base.replace(**changes)
 
     def update(self) -> None:
         """Recompute the plan from the widgets and refresh the text and the figure."""
         self._custom_box.layout.display = "" if self.model.value == CUSTOM else "none"
         try:
             self.plan = memory.plan_memory(self.spec(), self.gpu.value, self.seq_len.value,
-                                           self.batch_size.value, self.kv_dtype.value, tp=self.tp.value)
+                                           self.batch_size.value, self.kv_dtype.value, tp=self.tp.value,
+                                           pp=self.pp.value)
             self.error = ""
         except PagedKVError as e:
             self.plan, self.error = None, str(e)
             self.text.value = f"<span style='color:#B00'><b>impossible:</b> {e}</span>"
+            self._figure_box.layout.display = "none"  # never the previous inputs' figure under this
             return
+        self._figure_box.layout.display = ""
         self.text.value = self.report_html(self.plan)
         fig = self._draw(self._parts(self.plan))
         if self.figure is not None:
@@ -145,7 +182,8 @@ class MemoryCalculator:
                 ("model's maximum context", top),
                 ("verdict", verdict)]
         body = "".join(f"<tr><td style='padding-right:1em'>{k}</td><td><b>{v}</b></td></tr>" for k, v in rows)
-        return f"<table>{body}</table><small>all figures per GPU of the TP={p.tp} group</small>"
+        return (f"<table>{body}</table><small>all figures per GPU of the TP={p.tp} x PP={p.pp} group "
+                f"({p.tp * p.pp} GPUs)</small>")
 
 
 def calculator_panel(**kwargs):

@@ -7,6 +7,7 @@ from paged_kv.storage import ContiguousKVCache
 from paged_kv.errors import ConfigError, PromptError
 from paged_kv.decoding import generate
 from paged_kv.model import SamplingParams
+from paged_kv.model import load_tiny_model
 
 PROMPTS = [[5, 6, 7, 8, 9, 10, 11], [40], [100, 101, 102, 103, 104, 105, 106, 107, 108, 109, 110, 111, 112, 113, 114, 115, 116]]
 
@@ -55,7 +56,33 @@ def test_cache_holds_what_recompute_computes(small_model):
     small_model(ids, AttentionMetadata.for_prefill(lens, ids.shape[1]), cache)
     assert cache.seq_lens.tolist() == [len(p) for p in PROMPTS]
     assert cache.k[0][1, 1:].abs().sum() == 0  # prompt 1 has one token: rows 1.. untouched
-    assert res.cache_bytes == 2 * cfg.num_layers * 3 * (17 + 1) * cfg.num_kv_heads * cfg.head_dim * 4
+    # one new token: the prefill writes the prompts (longest 17) and nothing more is ever written
+    assert res.cache_bytes == 2 * cfg.num_layers * 3 * 17 * cfg.num_kv_heads * cfg.head_dim * 4
+
+
+@pytest.mark.parametrize("cache", ["recompute", "contiguous", "paged"])
+@pytest.mark.parametrize("new", [1, 2, 9])
+def test_cache_holds_prompt_plus_new_minus_one(small_model, cache, new):
+    """The last sampled token is returned, never fed back: every mode ends holding prompt + new - 1
+    tokens per sequence (recompute: the sequence its last forward ran over)."""
+    seen = {}
+    generate(small_model, PROMPTS, new, cache=cache, on_step=lambda step, dec: seen.update(dec=dec))
+    dec = seen["dec"]
+    want = [len(p) + new - 1 for p in PROMPTS]
+    if cache == "recompute":
+        assert [len(s) for s in dec.seqs] == want
+    else:
+        assert dec.seq_lens.tolist() == want
+    if cache == "paged":   # the default pool is exactly what those tokens occupy: no block unused
+        used = sum(-(-w // 16) for w in want)
+        assert dec.manager.num_blocks == used and dec.manager.num_free_blocks == 0
+
+
+def test_paged_pool_for_a_full_block_prompt_and_one_token(small_model):
+    """16 prompt tokens + 1 new token: the new token is never written, so 1 block, not 2."""
+    seen = {}
+    generate(small_model, [list(range(16))], 1, cache="paged", on_step=lambda s, d: seen.update(dec=d))
+    assert seen["dec"].manager.num_blocks == 1
 
 
 @pytest.mark.parametrize("prompts,n,err,match", [
@@ -120,3 +147,14 @@ def test_paged_block_size_is_passed_through(small_model, block_size):
 def test_paged_block_size_is_validated(small_model):
     with pytest.raises(ConfigError, match="block_size"):
         generate(small_model, PROMPTS, 3, cache="paged", block_size=0)
+
+
+def test_chapter_two_batch_caches_233_tokens():
+    """Chapter 2's batch: prompts of 37, 4 and 15 bytes, 60 new tokens each.  The cache holds
+    (37 + 4 + 15) + 3 x (60 - 1) = 233 tokens, not 236: no step writes the last token's K/V."""
+    model, tok = load_tiny_model()
+    prompts = [tok.encode(p) for p in ["KING HENRY:\nOnce more unto the breach", "Nay,", "First Citizen:\n"]]
+    assert [len(p) for p in prompts] == [37, 4, 15]
+    seen = {}
+    generate(model, prompts, 60, cache="contiguous", on_step=lambda s, d: seen.update(dec=d))
+    assert int(seen["dec"].seq_lens.sum()) == 233

@@ -76,7 +76,8 @@ def test_blocks_grow_on_demand(small_model):
 
 
 def test_pool_against_contiguous_reservation(small_model):
-    """A ragged batch: contiguous reserves 4 x 70 slots, the pool 5 + 1 + 1 + 2 blocks of 16.
+    """A ragged batch: contiguous reserves 4 x 69 slots (60 + 10 - 1: the last token is never
+    written), the pool 5 + 1 + 1 + 2 blocks of 16.
 
     (On a batch of near-equal lengths, like PROMPTS, rounding up to blocks can cost more than
     the contiguous padding: 7 x 16 = 112 slots against 4 x 27 = 108.)
@@ -87,7 +88,7 @@ def test_pool_against_contiguous_reservation(small_model):
     paged = generate(small_model, prompts, n, cache="paged")
     contiguous = generate(small_model, prompts, n, cache="contiguous")
     assert paged.tokens == contiguous.tokens
-    assert contiguous.cache_bytes == 4 * 70 * per_slot
+    assert contiguous.cache_bytes == 4 * 69 * per_slot
     assert paged.cache_bytes == (5 + 1 + 1 + 2) * 16 * per_slot
 
 

@@ -3,9 +3,10 @@ against the ledger, the step records, and the argument checks."""
 
 import pytest
 
-from paged_kv.decoding import decode_step_bytes, forward_flops, profile_decoding
+from paged_kv.decoding import attention_crossover, decode_step_bytes, forward_flops, profile_decoding
 from paged_kv.errors import ConfigError, PromptError
-from paged_kv.memory import kv_bytes_per_token
+from paged_kv.memory import kv_bytes_per_token, step_bytes
+from paged_kv.model import ModelConfig
 
 PROMPT = [3, 1, 4, 1, 5]
 
@@ -41,10 +42,18 @@ def test_without_counting_flops_are_zero(small_model):
 
 
 def test_decode_step_bytes_agree_with_the_ledger(small_cfg):
-    got = decode_step_bytes(small_cfg, context_len=37, dtype_bytes=2)
+    got = decode_step_bytes(small_cfg, context_len=37)
     assert got["kv_cache"] == 37 * kv_bytes_per_token(small_cfg, "fp16")
-    assert got["weights"] == small_cfg.num_parameters() * 2
-    assert decode_step_bytes(small_cfg, 74, 2)["kv_cache"] == 2 * got["kv_cache"]   # linear in t
+    # small_cfg ties its embedding: the LM head reads the whole table, so every weight is read
+    assert small_cfg.tie_embeddings and got["weights"] == small_cfg.num_parameters() * 2
+    assert decode_step_bytes(small_cfg, 74)["kv_cache"] == 2 * got["kv_cache"]   # linear in t
+    untied = ModelConfig(**{**small_cfg.to_dict(), "tie_embeddings": False})
+    # an untied input table is gathered (B rows), not read: only the LM head's copy counts
+    assert decode_step_bytes(untied, 37)["weights"] == (untied.num_parameters()
+                                                        - untied.vocab_size * untied.hidden_size) * 2
+    assert decode_step_bytes(untied, 37, batch_size=3)["kv_cache"] == 3 * got["kv_cache"]
+    for c in (small_cfg, untied):   # the model layer's count and the ledger's agree
+        assert decode_step_bytes(c, 37, 3) == step_bytes(c, 37, 3, weights_dtype="fp16")
 
 
 @pytest.mark.parametrize("kwargs,err,match", [
@@ -56,3 +65,23 @@ def test_bad_arguments_raise(small_model, kwargs, err, match):
     args = dict(prompt=PROMPT, max_new_tokens=2, cache="contiguous") | kwargs
     with pytest.raises(err, match=match):
         profile_decoding(small_model, args.pop("prompt"), args.pop("max_new_tokens"), args.pop("cache"), **args)
+
+
+def test_attention_crossovers_by_hand():
+    """Llama-3-8B (meta-llama/Meta-Llama-3-8B): matmul parameters P = 32 layers x (2 x 4096^2 +
+    2 x 4096 x 1024 + 3 x 4096 x 14336) + the 128,256 x 4,096 LM head (the embedding is a lookup).
+    Per step: t >= P / (2 L H D) = 28,628 exactly; cumulative: n >= 3P / (4 L H D) - 1/2 = 42,941.5."""
+    cfg = ModelConfig(vocab_size=128256, hidden_size=4096, num_layers=32, num_heads=32, num_kv_heads=8,
+                      intermediate_size=14336, max_seq_len=8192, tie_embeddings=False)
+    P = 32 * (2 * 4096 ** 2 + 2 * 4096 * 1024 + 3 * 4096 * 14336) + 128256 * 4096
+    lhd = 32 * 32 * 128
+    assert attention_crossover(cfg) == -(-P // (2 * lhd)) == 28_628
+    n = attention_crossover(cfg, cumulative=True)
+    assert n == 42_942 and round(n / 1000, 1) == 42.9
+    attn = lambda n: 4 * lhd * n * (n + 1) * (2 * n + 1) // 6     # sum of 4LHD t^2 over t = 1..n
+    lin = lambda n: P * n * (n + 1)                                # sum of 2 P t
+    assert attn(n) >= lin(n) and attn(n - 1) < lin(n - 1)
+    tiny = ModelConfig(vocab_size=256, hidden_size=256, num_layers=4, num_heads=4, num_kv_heads=2,
+                       head_dim=64, intermediate_size=768, max_seq_len=512)
+    P_tiny = 4 * (256 * 256 * 2 + 2 * 256 * 128 + 3 * 256 * 768) + 256 * 256
+    assert attention_crossover(tiny) == -(-P_tiny // (2 * 4 * 4 * 64)) == 1_568

@@ -19,6 +19,7 @@ from paged_kv.memory import (KVDType, PAPER_TABLE1, attention_variant,
                              kv_heads_per_gpu, kv_slots, max_batch_size, max_tokens, model_preset,
                              plan_memory, tokens_to_reach, weights_bytes)
 from paged_kv.memory import MODEL_PRESETS, ModelSpec
+from paged_kv import memory
 
 
 # --- bytes per token ---------------------------------------------------------------------------
@@ -426,3 +427,18 @@ def test_tokens_to_reach_a_size():
     assert tokens_to_reach("Gemma-2-9B", g) == math.ceil(g / (21 * per_layer)) - 4096
     with pytest.raises(ConfigError, match="batch_size"):
         tokens_to_reach("Llama-2-7B", w, batch_size=0)
+
+
+def test_pipeline_parallel_splits_layers_without_replication():
+    """Llama-3.1-405B: 126 layers, 8 KV heads of 128.  TP=16 replicates each head twice
+    (126 x 2 x 1 x 128 x 2 B per GPU); TP=8 x PP=2 gives each GPU 63 layers of one head."""
+    assert kv_bytes_per_token("Llama-3.1-405B", tp=16) == 126 * 2 * 1 * 128 * 2 == 64_512
+    assert kv_bytes_per_token("Llama-3.1-405B", tp=8, pp=2) == 63 * 2 * 1 * 128 * 2 == 32_256
+    # summed over the 16 GPUs: PP keeps the model's own bytes, TP=16 doubles them
+    assert 16 * 32_256 == kv_bytes_per_token("Llama-3.1-405B")
+    p = memory.plan_memory("Llama-3.1-405B", "H100-80GB", 8192, 1, tp=8, pp=2)
+    assert p.pp == 2 and p.weights_bytes == memory.weights_bytes("Llama-3.1-405B", tp=16)
+    # an odd layer count: the busiest stage holds ceil(61 / 2) = 31 layers
+    assert memory.layers_per_stage(memory.model_preset("DeepSeek-V3"), 2) == (31, 0)
+    with pytest.raises(ConfigError, match="pp=64"):
+        kv_bytes_per_token("Llama-3-8B", pp=64)

@@ -86,3 +86,65 @@ def test_forward_rejects_bad_input(small_model):
         small_model(torch.zeros(1, 3))
     with pytest.raises(PromptError, match="max_seq_len"):
         small_model(torch.zeros(1, small_model.cfg.max_seq_len + 1, dtype=torch.long))
+
+
+LLAMA3_ROPE = {"rope_type": "llama3", "factor": 4.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+               "original_max_position_embeddings": 16}
+
+
+def _hf_cfg(**extra):
+    base = dict(vocab_size=256, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                rms_norm_eps=1e-5, tie_word_embeddings=False)
+    return transformers.LlamaConfig(**{**base, **extra})
+
+
+def _rope_kwargs(rope: dict) -> dict:
+    """transformers >= 5 takes RoPE settings as rope_parameters (theta inside), older as rope_scaling."""
+    if "rope_parameters" in transformers.LlamaConfig().to_dict():
+        return {"rope_parameters": {"rope_theta": 10000.0, **rope}}
+    return {"rope_scaling": rope}
+
+
+def test_llama3_rope_scaling_matches_transformers():
+    """Llama-3.1's rope rule (HF rope_type "llama3"): positions up to 40, past the 16-token
+    original context, so all three frequency bands (kept, divided, blended) are exercised."""
+    hf_cfg = _hf_cfg(**_rope_kwargs(LLAMA3_ROPE))
+    torch.manual_seed(5)
+    hf = transformers.LlamaForCausalLM(hf_cfg).eval()
+    cfg = ModelConfig.from_hf(hf_cfg)
+    assert cfg.rope_scaling == (4.0, 1.0, 4.0, 16)
+    ours = load_hf_state_dict(TinyLlama(cfg).eval(), hf.state_dict())
+    plain = load_hf_state_dict(TinyLlama(ModelConfig.from_hf(_hf_cfg())).eval(), hf.state_dict())
+    ids = torch.randint(0, 256, (2, 40), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        expected = hf(ids).logits
+        torch.testing.assert_close(ours(ids), expected, atol=2e-5, rtol=1e-5)
+        assert (plain(ids) - expected).abs().max() > 1e-3   # the scaling matters: plain RoPE differs
+
+
+@pytest.mark.parametrize("extra,name", [
+    ({"rope_type": "linear", "factor": 2.0}, "linear"),
+    ({"rope_type": "dynamic", "factor": 2.0}, "dynamic"),
+    ({"rope_type": "yarn", "factor": 2.0}, "yarn"),
+])
+def test_unimplemented_rope_scaling_is_refused(extra, name):
+    with pytest.raises(ConfigError, match=f"rope_type '{name}'"):
+        ModelConfig.from_hf({**_hf_cfg().to_dict(), "rope_scaling": extra})
+
+
+@pytest.mark.parametrize("field,value", [("attention_bias", True), ("mlp_bias", True), ("hidden_act", "gelu"),
+                                         ("attn_logit_softcapping", 50.0), ("partial_rotary_factor", 0.5),
+                                         ("sliding_window", 16)])
+def test_unimplemented_math_fields_are_refused(field, value):
+    with pytest.raises(ConfigError, match=field):
+        ModelConfig.from_hf({**_hf_cfg().to_dict(), field: value})
+
+
+def test_rope_scaling_round_trips_and_is_checked():
+    cfg = ModelConfig(rope_scaling=(8.0, 1.0, 4.0, 8192))
+    assert ModelConfig.from_dict(__import__("json").loads(__import__("json").dumps(cfg.to_dict()))) == cfg
+    with pytest.raises(ConfigError, match="high_freq_factor"):
+        ModelConfig(rope_scaling=(8.0, 4.0, 1.0, 8192))
+    with pytest.raises(ConfigError, match="rope_scaling"):
+        ModelConfig(rope_scaling=(8.0, 1.0))

@@ -73,11 +73,12 @@ def test_gpu_fit_marks_contexts_beyond_a_models_maximum():
     assert "max 2K" in fig.layout.xaxis.ticktext[0]
 
 
-def test_gpu_fit_labels_stand_upright_inside_a_fixed_axis():
-    # side by side, horizontal labels of neighbouring bars ran together ("456456")
+def test_gpu_fit_draws_dots_on_its_log_axis_inside_a_fixed_range():
+    # a bar's length on a log axis means nothing: dots, labelled, at powers of ten only
     data = vm.gpu_fit_data(["Qwen3-4B", "Llama-2-7B"], list(memory.GPU_PRESETS), contexts=[1024, 4096])
     fig = vm.gpu_fit_figure(data)
-    assert all(t.textangle == -90 and t.textposition == "outside" for t in fig.data)
+    assert all(t.type == "scatter" and t.mode == "markers+text" for t in fig.data)
+    assert fig.layout.yaxis.type == "log" and fig.layout.yaxis.dtick == 1
     largest = max(v for c in data["batch"] for g in data["batch"][c] for v in data["batch"][c][g])
     low, high = fig.layout.yaxis.range
     assert low < 0 and high >= math.log10(largest) + 0.5  # room above the tallest bar for its label
@@ -91,6 +92,7 @@ def test_attention_variants_figure():
     assert per_token["MLA"] == (80 * 576 * 2,) * 2
     fig = vm.attention_variants_figure(data)
     assert [round(v * 1024) for v in fig.data[0].y] == [r["whole"] for r in data["rows"]]
+    assert fig.layout.yaxis.type != "log"   # bars: lengths proportional to the bytes
 
 
 def _column(cells, header):
@@ -114,7 +116,7 @@ def test_static_calculator_every_choice_matches_the_package(calc_data):
                 plan = memory.plan_memory(mb.label, g, c)
                 if c > MAX_CONTEXT[mb.label]:  # beyond the model's maximum: no numbers
                     assert col[ci] == vm.DASH
-                    assert vm.BEYOND in _column(cells[tables[gi]], "context (tokens)")[ci]
+                    assert vm.BEYOND_MARK in _column(cells[tables[gi]], "context (tokens)")[ci]
                     assert mb.args[0]["cells.font.color"][tables[gi]][0][ci] == vm.GREY
                 else:
                     assert col[ci] == (f"{plan.max_batch_size:,}" if plan.weights_fit else vm.NO_ROOM)
@@ -138,8 +140,8 @@ def test_static_calculator_initial_state(calc_data):
     shown = [t for t in fig.data if t.type == "table" and t.visible]
     assert len(shown) == 1
     per_seq = _column(shown[0].cells.values, "KV / sequence")
-    assert per_seq[1] == f"{2 * 32 * 8 * 128 * 2 * 8192 / 2**30:,.2f} GiB" == "1.00 GiB"
-    assert per_seq[0] == f"{2 * 32 * 8 * 128 * 2 * 2048 / 2**20:,.2f} MiB" == "256.00 MiB"
+    assert per_seq[1] == f"{2 * 32 * 8 * 128 * 2 * 8192 / 2**30:.0f} GiB" == "1 GiB"
+    assert per_seq[0] == f"{2 * 32 * 8 * 128 * 2 * 2048 / 2**20:.0f} MiB" == "256 MiB"
     assert fig.layout.shapes[0].x0 == 2
     assert vm.calculator_figure(calc_data).layout.shapes[0].x0 == CONTEXTS.index(8192)  # the default
 
@@ -148,7 +150,24 @@ def test_static_calculator_says_when_the_weights_do_not_fit(calc_data):
     fig = vm.calculator_figure(calc_data, model="DeepSeek-V3", gpu="T4")
     table = [t for t in fig.data if t.type == "table" and t.visible][0]
     assert set(_column(table.cells.values, "max batch")) == {vm.NO_ROOM}
-    assert set(_column(table.cells.values, "KV at that batch")) == {vm.NO_WEIGHTS}  # not "0.0 GiB"
+    note = [t for t in fig.data if t.meta and t.meta.get("kind") == "note" and t.visible][0]
+    assert list(note.y) == [1] and "nothing fits" in note.text[0]      # said, not an empty chart
+    # switching the model restyles the note with the lines
+    llama = [b for b in fig.layout.updatemenus[0].buttons if b.label == "Llama-3-8B"][0]
+    notes = [i for i, t in enumerate(fig.data) if t.meta and t.meta.get("kind") == "note"]
+    fits_somewhere = {g: any(r["batch_tp"][tp] and r["batch_tp"][tp] > 0 and not r["beyond"]
+                             for r in calc_data["models"]["Llama-3-8B"]["cases"][g] for tp in calc_data["tps"])
+                      for g in GPUS}
+    for i, g in zip(notes, GPUS):
+        assert list(llama.args[0]["y"][i]) == ([None] if fits_somewhere[g] else [1])
+
+
+def test_static_calculator_highlight_and_marker_differ_from_every_series(calc_data):
+    fig = vm.calculator_figure(calc_data, model="Llama-3-8B", gpu="H200")
+    series = {t.line.color for t in fig.data if t.type == "scatter" and t.mode != "text"}
+    assert vm.MARKER_COLOR not in series and vm.HIGHLIGHT not in series
+    assert fig.layout.shapes[0].line.color == vm.MARKER_COLOR
+    assert vm.calculator_data(["Llama-3-8B"], ["H100-80GB"], [8192])["tps"][-1] == 16   # TP=16 offered
 
 
 def test_static_calculator_small_sizes_in_mib_and_beyond_max_rows():
@@ -161,9 +180,9 @@ def test_static_calculator_small_sizes_in_mib_and_beyond_max_rows():
     assert f"{mib:,.2f} MiB ({mb:,.2f} MB)" in note and "0.0 GiB" not in note
     table = [t for t in fig.data if t.type == "table" and t.visible][0]
     per_seq = _column(table.cells.values, "KV / sequence")
-    assert per_seq[1] == f"{512 * memory.kv_bytes_per_token(spec) / 2**20:,.2f} MiB"
-    assert per_seq[2] == vm.DASH and vm.BEYOND in _column(table.cells.values, "context (tokens)")[2]
-    lines = [t for t in fig.data if t.type == "scatter" and t.visible]
+    assert per_seq[1] == f"{512 * memory.kv_bytes_per_token(spec) / 2**20:.3g} MiB"
+    assert per_seq[2] == vm.DASH and vm.BEYOND_MARK in _column(table.cells.values, "context (tokens)")[2]
+    lines = [t for t in fig.data if t.type == "scatter" and t.visible and t.meta["kind"] == "line"]
     assert all(t.y[2] is None for t in lines)  # no point beyond the model's maximum
     # lines that may coincide stay distinguishable: each TP has its own dash and marker
     assert len({t.line.dash for t in lines}) == len({t.marker.symbol for t in lines}) == len(lines) == 3
@@ -230,7 +249,7 @@ def test_static_calculator_in_headless_chromium(tmp_path, calc_data):
         "<head>", f"<head><script>{plotly_js.read_text()}</script>", 1))
     with sync_api.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
-        page = browser.new_page(viewport={"width": 1000, "height": 900})
+        page = browser.new_page(viewport={"width": 1000, "height": 1100})
         errors = []
         page.on("pageerror", lambda e: errors.append(str(e)))
         page.goto(page_file.as_uri())
@@ -269,3 +288,86 @@ def test_static_calculator_in_headless_chromium(tmp_path, calc_data):
         assert state[0] == 2 and state[1][2] == "#FFF3C4" and state[1][0] != "#FFF3C4"
         assert errors == []
         browser.close()
+
+
+@pytest.mark.parametrize("preset", ["Mistral-7B", "Gemma-2-9B", "DeepSeek-V3", "Llama-3-8B", "OPT-13B"])
+def test_live_calculator_custom_starts_from_the_whole_preset(preset):
+    """Switching to custom changes nothing: the window (Mistral, Gemma-2), the MLA latent and fp8
+    weights (DeepSeek-V3) are copied and shown, and the plan is the preset's."""
+    pytest.importorskip("ipywidgets")
+    from paged_kv.widgets.memory import MemoryCalculator
+
+    calc = MemoryCalculator(model=preset, gpu="H200", seq_len=32768, batch_size=2, tp=8,
+                            use_figure_widget=False)
+    before = calc.plan
+    calc.model.value = "custom"
+    after = calc.plan
+    assert after is not None
+    fields = ("kv_bytes_per_token", "kv_bytes_per_sequence", "weights_bytes", "max_batch_size",
+              "weights_dtype", "max_position")
+    assert {f: getattr(after, f) for f in fields} == {f: getattr(before, f) for f in fields}
+    spec = memory.model_preset(preset)
+    assert calc.custom["sliding_window"].value == (spec.sliding_window or 0)
+    assert calc.custom["kv_lora_rank"].value == spec.kv_lora_rank
+    assert calc.custom["weights_dtype"].value == spec.weights_dtype
+    if preset == "Mistral-7B":   # clearing the window is visible and changes the cache
+        calc.custom["sliding_window"].value = 0
+        assert calc.plan.kv_bytes_per_sequence == 8 * before.kv_bytes_per_sequence
+
+
+def test_live_calculator_hides_the_figure_when_impossible():
+    pytest.importorskip("ipywidgets")
+    from paged_kv.widgets.memory import MemoryCalculator
+
+    calc = MemoryCalculator(use_figure_widget=False)
+    assert calc._figure_box.layout.display == ""
+    calc.tp.value = 16          # Llama-3-8B: 8 KV heads replicated twice is fine
+    assert calc.plan is not None and calc.plan.kv_bytes_per_token == 32 * 2 * 1 * 128 * 2
+    calc.model.value = "Qwen3-4B"
+    calc.tp.value = 32          # 32 query heads over 32 GPUs, 8 KV heads: fine; now make it impossible
+    calc.model.value = "Gemma-2-9B"   # 16 query heads cannot split over 32
+    assert calc.plan is None and "16 query heads" in calc.error
+    assert calc._figure_box.layout.display == "none"
+    calc.tp.value, calc.pp.value = 8, 2
+    assert calc.plan is not None and calc._figure_box.layout.display == ""
+    assert "TP=8 x PP=2" in calc.text.value
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("width", [1280, 400])
+def test_static_calculator_highlighted_row_is_visible(tmp_path, width):
+    """The last row (131,072 tokens) highlighted: it lies inside the table's area, not clipped
+    below it, in a 1280 px window and on a 400 px phone."""
+    sync_api = pytest.importorskip("playwright.sync_api")
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        pytest.skip("no chromium")
+    import plotly
+    import plotly.io as pio
+
+    data = vm.calculator_data(["Llama-3-8B", "DeepSeek-V3"], ["H100-80GB", "T4"])
+    last = len(data["contexts"]) - 1
+    fig = vm.calculator_figure(data, model="DeepSeek-V3", gpu="H100-80GB", context_index=last)
+    plotly_js = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
+    page_file = tmp_path / "calc.html"
+    page_file.write_text(pio.to_html(fig, include_plotlyjs=False, full_html=True, config={"responsive": True})
+                         .replace("<head>", f"<head><script>{plotly_js.read_text()}</script>", 1))
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+        page = browser.new_page(viewport={"width": width, "height": 1000})
+        page.goto(page_file.as_uri())
+        page.wait_for_selector(".js-plotly-plot .table")
+        page.wait_for_timeout(500)
+        box = page.evaluate("""() => {
+            const gd = document.querySelector('.js-plotly-plot'), s = gd._fullLayout._size;
+            const t = gd._fullData.filter(t => t.type === 'table' && t.visible === true)[0];
+            const top = gd.getBoundingClientRect().top + s.t + (1 - t.domain.y[1]) * s.h;
+            const bottom = gd.getBoundingClientRect().top + s.t + (1 - t.domain.y[0]) * s.h;
+            const cell = Array.from(document.querySelectorAll('.table .cell-text'))
+                .filter(e => e.textContent.startsWith('131,072'))[0].getBoundingClientRect();
+            return {top, bottom, cell_top: cell.top, cell_bottom: cell.bottom,
+                    page: document.documentElement.scrollWidth};
+        }""")
+        browser.close()
+    assert box["top"] <= box["cell_top"] and box["cell_bottom"] <= box["bottom"], box
+    assert box["page"] <= width   # nothing pushes the page wider than the window

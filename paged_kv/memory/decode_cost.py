@@ -1,0 +1,154 @@
+"""What one decode step reads and computes: bytes, FLOPs, arithmetic intensity, the roofline.
+
+A cached decode step (chapter 2) feeds one new token per sequence for a batch of ``B`` sequences
+that each hold ``t`` cached tokens.  It must
+
+* read every weight matrix once (**one** read serves all ``B`` sequences), except tables it only
+  *gathers* from: an untied input embedding contributes ``B`` rows, not the table
+  (:attr:`ModelSpec.gathered_params`); a tied one is read whole by the LM head;
+* read every cached K/V byte of every sequence once (``B x t`` tokens, nothing shared).
+
+The FLOPs are ``2 B`` per weight read (one multiply-add per parameter per token) for the linear
+layers and ``4 B L H D t`` for attention (``q k^T`` and ``p v``, 2 FLOPs per multiply-add, every
+query head).  So the arithmetic intensity (FLOPs per byte read) of the linear layers is ``~B``
+(for 2-byte weights) but of attention ``H / Hkv`` (for a 2-byte cache) *whatever the batch*:
+each K/V byte is used by the ``H / Hkv`` query heads of its group and by one sequence only.
+Against a GPU's ridge point (peak FLOP/s / bandwidth, hundreds of FLOP/byte), attention in decode
+is always memory-bound; the linear layers become compute-bound only at large ``B``.
+
+The roofline (Williams et al. 2009) bounds a step's time from below by
+``max(bytes / bandwidth, FLOPs / peak)``, so tokens/s <= ``B / that``.  Sources: the "inference
+arithmetic" accounting of Chen (2022, kipp.ly) and Pope et al. 2022 (§2, "Efficiently Scaling
+Transformer Inference"), with the per-byte rule above.
+
+Not modelled: MLA (its decode attention runs on the latent; :class:`ConfigError`), activation
+traffic, the ``B`` gathered embedding rows (``B x hidden x 2`` bytes, negligible), kernels'
+overheads.  Units: bytes (int), FLOPs (int), seconds, tokens per second.  For the package's own
+:class:`~paged_kv.model.ModelConfig`, :func:`paged_kv.decoding.decode_step_bytes` counts the same
+bytes on the model layer's side (``tests/decoding/test_profiling.py`` checks they agree).
+"""
+
+from __future__ import annotations
+
+from ..errors import ConfigError
+from ..validate import count
+from .kv_dtype import KVDType, get_kv_dtype
+from .ledger import as_spec, kv_cache_bytes, kv_heads_per_gpu
+from .presets import gpu_preset
+from .spec import WEIGHT_DTYPE_BITS, GPUSpec, weights_dtype_name
+
+__all__ = ["arithmetic_intensity", "step_bytes", "step_flops", "ridge_point",
+           "roofline_tokens_per_s", "weights_read_per_step"]
+
+
+def weights_read_per_step(model, weights_dtype: str | None = None, *, tp: int = 1) -> int:
+    """Bytes of weights one decode step reads on each of ``tp`` GPUs: every parameter but the
+    gathered ones (:attr:`ModelSpec.gathered_params`), ``ceil(params x bits / 8 / tp)``.
+
+    Raises:
+        ConfigError: an unknown dtype or an impossible ``tp``.
+    """
+    spec = as_spec(model)
+    bits = WEIGHT_DTYPE_BITS[weights_dtype_name(weights_dtype or spec.weights_dtype)]
+    tp = count("tp", tp, 1)
+    kv_heads_per_gpu(spec, tp)
+    return -(-(spec.num_params - spec.gathered_params) * bits // (8 * tp))
+
+
+def step_bytes(model, context_len: int, batch_size: int = 1, kv_dtype: str | KVDType = "fp16",
+                      weights_dtype: str | None = None, *, tp: int = 1) -> dict[str, int]:
+    """Bytes one decode step reads on each GPU: ``{"weights": ..., "kv_cache": ...}``.
+
+    ``weights``: :func:`weights_read_per_step` (independent of ``B`` and ``t``).  ``kv_cache``:
+    the ``B`` sequences' cache of ``context_len`` tokens each (:func:`kv_cache_bytes`,
+    ``2 L Hkv D t B`` elements; sliding windows capped), linear in ``t`` and in ``B``.
+
+    Args:
+        model: a :class:`ModelSpec`, a :class:`~paged_kv.model.ModelConfig` or a preset name.
+        context_len: cached tokens per sequence (t, >= 0).
+        batch_size: sequences decoding together (B, >= 1).
+
+    Raises:
+        ConfigError: negative or non-integer sizes, unknown dtypes, an impossible ``tp``.
+    """
+    spec = as_spec(model)
+    context_len = count("context_len", context_len, 0)
+    batch_size = count("batch_size", batch_size, 1)
+    return {"weights": weights_read_per_step(spec, weights_dtype, tp=tp),
+            "kv_cache": kv_cache_bytes(spec, context_len, batch_size, kv_dtype, tp=tp)}
+
+
+def step_flops(model, context_len: int, batch_size: int = 1, *, tp: int = 1) -> dict[str, int]:
+    """FLOPs of one decode step on each GPU: ``{"linear": ..., "attention": ...}``.
+
+    ``linear = 2 B (params - gathered_params) / tp`` (projections, MLP, LM head);
+    ``attention = 4 B H D sum_layers(min(t, window)) / tp`` (scores and weighted values of the
+    one new query against every cached key of its layer).
+
+    Raises:
+        ConfigError: an MLA model (its decode attention is not modelled here), bad sizes or tp.
+    """
+    spec = as_spec(model)
+    if spec.kv_lora_rank:
+        raise ConfigError(f"{spec.name}: decode FLOPs of MLA are not modelled (attention runs on the latent)")
+    t = count("context_len", context_len, 0)
+    b = count("batch_size", batch_size, 1)
+    tp = count("tp", tp, 1)
+    kv_heads_per_gpu(spec, tp)
+    full = spec.num_layers - spec.sliding_layers
+    layer_tokens = full * t + spec.sliding_layers * min(t, spec.sliding_window or 0)
+    return {"linear": 2 * b * (spec.num_params - spec.gathered_params) // tp,
+            "attention": 4 * b * spec.num_heads * spec.head_dim * layer_tokens // tp}
+
+
+def arithmetic_intensity(model, context_len: int, batch_size: int = 1, kv_dtype: str | KVDType = "fp16",
+                         weights_dtype: str | None = None, *, tp: int = 1) -> dict[str, float]:
+    """FLOPs per byte read by one decode step: ``{"linear", "attention", "step"}``.
+
+    ``linear ~ B`` for 2-byte weights (``2 B`` FLOPs per parameter read once);
+    ``attention = H / Hkv`` for a 2-byte cache, whatever ``B`` and ``t``;
+    ``step``: the whole step (FLOPs over bytes), between the two.
+
+    Raises:
+        ConfigError: ``context_len < 1`` (no cached byte to divide by), and as
+            :func:`step_flops`.
+    """
+    count("context_len", context_len, 1)
+    f = step_flops(model, context_len, batch_size, tp=tp)
+    b = step_bytes(model, context_len, batch_size, kv_dtype, weights_dtype, tp=tp)
+    return {"linear": f["linear"] / b["weights"], "attention": f["attention"] / b["kv_cache"],
+            "step": (f["linear"] + f["attention"]) / (b["weights"] + b["kv_cache"])}
+
+
+def _gpu(gpu: str | GPUSpec) -> GPUSpec:
+    g = gpu if isinstance(gpu, GPUSpec) else gpu_preset(gpu)
+    if not (g.bandwidth > 0 and g.peak_flops > 0):
+        raise ConfigError(f"GPU {g.name!r} has no bandwidth/peak FLOP/s (got {g.bandwidth}, {g.peak_flops})")
+    return g
+
+
+def ridge_point(gpu: str | GPUSpec) -> float:
+    """FLOP per byte at which a kernel on ``gpu`` turns from memory- to compute-bound:
+    ``peak_flops / bandwidth`` (dense fp16/bf16; e.g. ~295 for an H100 SXM).
+
+    Raises:
+        UnknownPresetError: an unknown GPU name; ConfigError: a GPU without the two numbers.
+    """
+    g = _gpu(gpu)
+    return g.peak_flops / g.bandwidth
+
+
+def roofline_tokens_per_s(model, gpu: str | GPUSpec, context_len: int, batch_size: int = 1,
+                          kv_dtype: str | KVDType = "fp16", weights_dtype: str | None = None, *,
+                          tp: int = 1) -> float:
+    """Upper bound on decode throughput (tokens/s over the batch): ``B / step time`` with the
+    step time at least ``max(bytes / bandwidth, FLOPs / peak)`` (the roofline, per GPU of the
+    ``tp`` group).  Real engines reach some fraction of it.
+
+    Raises:
+        ConfigError / UnknownPresetError: as :func:`step_bytes`, :func:`ridge_point`.
+    """
+    g = _gpu(gpu)
+    nbytes = sum(step_bytes(model, context_len, batch_size, kv_dtype, weights_dtype, tp=tp).values())
+    flops = sum(step_flops(model, context_len, batch_size, tp=tp).values())
+    return batch_size / max(nbytes / g.bandwidth, flops / g.peak_flops)

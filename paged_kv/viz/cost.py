@@ -1,0 +1,154 @@
+"""What decoding costs, as figures (chapters 1 and 2): FLOPs per step split into linear layers and
+attention, cumulative FLOPs on log-log axes with slope guides, per-step cost on a log *and* a
+linear axis, and the roofline bound on decode throughput.
+
+Figures from plain data (lists of numbers the chapters compute with
+:func:`paged_kv.decoding.forward_flops`, :func:`~paged_kv.decoding.profile_decoding` and
+:mod:`paged_kv.memory.decode_cost`).  Lines and areas only: no bars on log axes.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from ..errors import ConfigError
+from .palette import COLORS
+
+__all__ = ["flops_split_figure", "roofline_figure", "scaling_figure", "step_cost_figure"]
+
+_LEGEND = dict(orientation="h", y=-0.22, yanchor="top", x=0)
+_MARGIN = dict(l=60, r=15, t=60, b=40)
+
+
+def _same_length(x, *ys) -> None:
+    for y in ys:
+        if len(y) != len(x):
+            raise ConfigError(f"series of {len(y)} values against {len(x)} x values")
+
+
+def flops_split_figure(ctx: Sequence[int], linear: Sequence[float], attention: Sequence[float],
+                       counted: Sequence[float] | None = None, unit: str = "MFLOP",
+                       title: str = "FLOPs per recompute step") -> go.Figure:
+    """Stacked areas "linear layers" and "attention" against the context ``t``, with the counted
+    FLOPs (``FlopCounterMode``) as markers on top (they should sit on the stack's edge).
+
+    Raises:
+        ConfigError: series of different lengths.
+    """
+    _same_length(ctx, linear, attention, *([counted] if counted is not None else []))
+    fig = go.Figure()
+    fig.add_trace(go.Scatter(x=list(ctx), y=list(linear), name="linear layers (formula)", mode="lines",
+                             stackgroup="flops", line=dict(color=COLORS[0], width=0.5)))
+    fig.add_trace(go.Scatter(x=list(ctx), y=list(attention), name="attention (formula)", mode="lines",
+                             stackgroup="flops", line=dict(color=COLORS[1], width=0.5)))
+    if counted is not None:
+        step = max(1, len(ctx) // 25)
+        fig.add_trace(go.Scatter(x=list(ctx)[::step], y=list(counted)[::step], mode="markers",
+                                 name="counted (FlopCounterMode)",
+                                 marker=dict(color="#222", size=6, symbol="x")))
+    fig.update_layout(title=title, xaxis_title="tokens in the sequence (t)", yaxis_title=f"{unit} per step",
+                      height=400, margin=_MARGIN, legend=_LEGEND)
+    return fig
+
+
+def scaling_figure(n: Sequence[int], series: dict[str, Sequence[float]], crossovers: dict[str, int] | None = None,
+                   title: str = "Cumulative FLOPs of recompute decoding", unit: str = "FLOPs",
+                   guides: dict[int, str] | None = None) -> go.Figure:
+    """Log-log lines of cumulative cost against ``n`` generated tokens, with dashed guides of the
+    given slopes, each through the first point of a series (``guides``: slope -> series label;
+    default: slopes 2 and 3 through the first series), and vertical marks at the ``crossovers``
+    (label -> n).
+
+    Raises:
+        ConfigError: series of different lengths, non-positive values (log axes), or a guide
+            through an unknown series.
+    """
+    _same_length(n, *series.values())
+    if min(n) <= 0 or any(min(y) <= 0 for y in series.values()):
+        raise ConfigError("log-log axes need positive n and values")
+    first = next(iter(series))
+    guides = guides or {2: first, 3: first}
+    unknown = [g for g in guides.values() if g not in series]
+    if unknown:
+        raise ConfigError(f"guides through unknown series {unknown}; series: {list(series)}")
+    fig = go.Figure()
+    for i, (label, y) in enumerate(series.items()):
+        fig.add_trace(go.Scatter(x=list(n), y=list(y), name=label, mode="lines",
+                                 line=dict(color=COLORS[i % len(COLORS)], width=3)))
+    for slope, label in sorted(guides.items()):
+        y0 = series[label][0]
+        fig.add_trace(go.Scatter(x=[n[0], n[-1]], y=[y0, y0 * (n[-1] / n[0]) ** slope],
+                                 name=f"slope {slope} (∝ n{'²' if slope == 2 else ('³' if slope == 3 else slope)})",
+                                 mode="lines", line=dict(color="#555", dash="dash" if slope == 2 else "dot", width=1.5)))
+    for i, (label, x) in enumerate((crossovers or {}).items()):
+        fig.add_vline(x=x, line=dict(color="#444", width=1, dash="dashdot"))
+        fig.add_annotation(x=math.log10(x), y=0.98 - 0.1 * i, yref="paper", xanchor="right", showarrow=False,
+                           text=f"{label}: {x:,}", font=dict(size=11), bgcolor="rgba(255,255,255,0.85)")
+    values = [v for y in series.values() for v in y]
+    span = math.log10(max(values) / min(values))
+    fig.update_layout(title=title, height=430, margin=_MARGIN, legend=_LEGEND,
+                      xaxis=dict(type="log", title="tokens generated (n)", dtick=1),
+                      yaxis=dict(type="log", title=unit, dtick=1 if span <= 6 else 3, exponentformat="power"))
+    return fig
+
+
+def step_cost_figure(ctx: Sequence[int], series: dict[str, Sequence[float]], unit: str,
+                     title: str, prefill_label: str | None = "prefill (the whole prompt)") -> go.Figure:
+    """Per-step cost of every series on a log axis (top), and the *last* series alone on a linear
+    axis (bottom, decode steps only, the axis fitted to its values and labelled so), where the
+    growth of a cached step is visible; the first point is labelled as the prefill.
+
+    Raises:
+        ConfigError: series of different lengths or fewer than 2 steps.
+    """
+    _same_length(ctx, *series.values())
+    if len(ctx) < 2:
+        raise ConfigError("need at least 2 steps")
+    last_label = list(series)[-1]
+    fig = make_subplots(rows=2, cols=1, vertical_spacing=0.16,
+                        subplot_titles=("log scale: every step",
+                                        f"linear: {last_label} alone (axis not from 0)"))
+    for i, (label, y) in enumerate(series.items()):
+        color = COLORS[i % len(COLORS)]
+        fig.add_trace(go.Scatter(x=list(ctx), y=list(y), name=label, mode="lines+markers", marker=dict(size=3),
+                                 line=dict(color=color), legendgroup=label), row=1, col=1)
+        if label == last_label:
+            fig.add_trace(go.Scatter(x=list(ctx)[1:], y=list(y)[1:], name=label, mode="lines+markers",
+                                     showlegend=False, marker=dict(size=3), line=dict(color=color),
+                                     legendgroup=label), row=2, col=1)
+    if prefill_label:
+        last = list(series.values())[-1]
+        fig.add_annotation(x=ctx[0], y=math.log10(last[0]), xref="x", yref="y", text=prefill_label,
+                           showarrow=True, arrowhead=2, ax=60, ay=-25, font=dict(size=11))  # log axis: log10(y)
+    fig.update_yaxes(type="log", title_text=unit, row=1, col=1, exponentformat="power", dtick=1)
+    fig.update_yaxes(title_text=unit, row=2, col=1)
+    fig.update_xaxes(title_text="tokens in the sequence (t)", row=2, col=1)
+    fig.update_layout(title=title, height=620, margin=_MARGIN, legend=dict(orientation="h", y=-0.1, yanchor="top"))
+    fig.update_annotations(font_size=12)
+    return fig
+
+
+def roofline_figure(contexts: Sequence[int], tokens_per_s: dict[str, Sequence[float]], title: str) -> go.Figure:
+    """The roofline bound on decode throughput (tokens/s) against the context, one line per
+    batch (label -> values over ``contexts``), log-log.
+
+    Raises:
+        ConfigError: series of different lengths or non-positive values.
+    """
+    _same_length(contexts, *tokens_per_s.values())
+    if any(min(v) <= 0 for v in tokens_per_s.values()):
+        raise ConfigError("tokens/s must be positive (log axis)")
+    fig = go.Figure()
+    for i, (label, y) in enumerate(tokens_per_s.items()):
+        fig.add_trace(go.Scatter(x=list(contexts), y=list(y), name=label, mode="lines+markers",
+                                 marker=dict(size=5), line=dict(color=COLORS[i % len(COLORS)])))
+    fig.update_layout(title=title, height=420, margin=_MARGIN, legend=_LEGEND,
+                      xaxis=dict(type="log", title="context per sequence (t, tokens)", tickvals=list(contexts),
+                                 ticktext=[f"{c:,}" for c in contexts]),
+                      yaxis=dict(type="log", title="at most tokens/s (whole batch)", dtick=1,
+                                 exponentformat="power"))
+    return fig

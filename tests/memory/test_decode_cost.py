@@ -1,0 +1,85 @@
+"""Decode arithmetic (paged_kv.memory.decode_cost): bytes, FLOPs, intensity, ridge points, the
+roofline; every expected value derived by hand from the public configs and datasheets."""
+
+import pytest
+
+from paged_kv.errors import ConfigError
+from paged_kv.memory import (arithmetic_intensity, budget_range_for_slots, step_bytes,
+                             step_flops, kv_bytes_per_token, model_preset, ridge_point,
+                             roofline_tokens_per_s, tokens_to_reach, weights_read_per_step)
+from paged_kv.units import GiB
+
+# Llama-3-8B (meta-llama/Meta-Llama-3-8B config.json), counted by hand: untied 128,256 x 4,096
+# embedding and LM head, 32 layers of q/o (4096^2 each), k/v (4096 x 1024 each), SwiGLU 3 x 4096
+# x 14336, two norms, and the final norm.
+EMB = 128256 * 4096
+LAYER = 2 * 4096 * 4096 + 2 * 4096 * 1024 + 3 * 4096 * 14336 + 2 * 4096
+PARAMS = 2 * EMB + 32 * LAYER + 4096
+KV_PER_TOKEN = 2 * 32 * 8 * 128 * 2
+
+
+def test_weights_read_skip_the_gathered_embedding():
+    assert model_preset("Llama-3-8B").num_params == PARAMS
+    assert weights_read_per_step("Llama-3-8B") == (PARAMS - EMB) * 2
+    # tied: Gemma-2's LM head reads the whole table every step, nothing is skipped
+    gemma = model_preset("Gemma-2-9B")
+    assert weights_read_per_step(gemma) == gemma.num_params * 2
+
+
+@pytest.mark.parametrize("batch,expected", [(1, 114_516), (16, 7_157), (64, 1_789)])
+def test_kv_outweighs_weights_read_beyond(batch, expected):
+    """The issue's values: beyond 114,516 / 7,157 / 1,789 tokens (not 122,532 / 7,658 / 1,915,
+    which count the embedding table as read)."""
+    w = (PARAMS - EMB) * 2
+    assert w // (KV_PER_TOKEN * batch) == expected
+    assert tokens_to_reach("Llama-3-8B", weights_read_per_step("Llama-3-8B"), batch) == expected + 1
+    assert (PARAMS * 2) // (KV_PER_TOKEN * batch) == {1: 122_532, 16: 7_658, 64: 1_914}[batch]
+
+
+def test_step_bytes_grow_with_t_and_b():
+    b = step_bytes("Llama-3-8B", 1000, 4)
+    assert b == {"weights": (PARAMS - EMB) * 2, "kv_cache": 4 * 1000 * KV_PER_TOKEN}
+    assert step_bytes("Llama-3-8B", 0, 1)["kv_cache"] == 0
+
+
+@pytest.mark.parametrize("name,ratio", [("Llama-2-7B", 1), ("Llama-3-8B", 4), ("Llama-2-70B", 8)])
+@pytest.mark.parametrize("batch", [1, 7, 64])
+def test_attention_intensity_is_h_over_hkv_whatever_the_batch(name, ratio, batch):
+    ai = arithmetic_intensity(name, 3000, batch)
+    assert ai["attention"] == pytest.approx(ratio)
+    assert ai["linear"] == pytest.approx(batch)         # 2 B FLOPs per 2-byte weight
+    assert min(ai["attention"], ai["linear"]) <= ai["step"] <= max(ai["attention"], ai["linear"])
+
+
+def test_step_flops_by_hand():
+    f = step_flops("Llama-3-8B", 100, 2)
+    assert f["linear"] == 2 * 2 * (PARAMS - EMB)
+    assert f["attention"] == 4 * 2 * 32 * 32 * 128 * 100
+    with pytest.raises(ConfigError, match="MLA"):
+        step_flops("DeepSeek-V3", 100, 1)
+
+
+def test_ridge_points_from_datasheets():
+    assert ridge_point("H100-80GB") == pytest.approx(989.4e12 / 3.35e12)
+    assert 290 < ridge_point("H100-80GB") < 300
+    assert ridge_point("A100-80GB") == pytest.approx(312 / 2.039)
+
+
+def test_roofline_batch_one_is_bandwidth_over_bytes():
+    nbytes = (PARAMS - EMB) * 2 + 4096 * KV_PER_TOKEN
+    assert roofline_tokens_per_s("Llama-3-8B", "H100-80GB", 4096, 1) == pytest.approx(3.35e12 / nbytes)
+    # a batch never lowers the bound per step, and raises tokens/s while memory-bound
+    assert roofline_tokens_per_s("Llama-3-8B", "H100-80GB", 4096, 16) > \
+        10 * roofline_tokens_per_s("Llama-3-8B", "H100-80GB", 4096, 1)
+
+
+def test_opt66b_budget_range_for_the_printed_slots():
+    """9.7K slots of 2 x 64 x 9216 x 2 bytes need a budget in [9,650, 9,750) tokens' worth."""
+    per = 2 * 64 * 9216 * 2
+    lo, hi = budget_range_for_slots("OPT-66B", "9.7K")
+    assert (lo, hi) == (9650 * per, 9750 * per)
+    assert round(lo / GiB, 2) == 21.20 and round(hi / GiB, 2) == 21.42
+    assert budget_range_for_slots("OPT-13B", "512") == (512 * kv_bytes_per_token("OPT-13B"),
+                                                         513 * kv_bytes_per_token("OPT-13B"))
+    with pytest.raises(ConfigError, match="printed"):
+        budget_range_for_slots("OPT-66B", "about ten")

@@ -1,0 +1,44 @@
+"""Decode-cost figures (paged_kv.viz.cost): they draw the data they are given, no bars on log axes."""
+
+import pytest
+
+from paged_kv.errors import ConfigError
+from paged_kv.viz import cost as vc
+
+
+def test_flops_split_stacks_linear_and_attention():
+    fig = vc.flops_split_figure([1, 2, 3], [10, 20, 30], [1, 4, 9], [11, 24, 39])
+    assert fig.data[0].stackgroup == fig.data[1].stackgroup == "flops"
+    assert list(fig.data[2].y) == [11, 24, 39]
+    with pytest.raises(ConfigError, match="series"):
+        vc.flops_split_figure([1, 2], [1], [1, 2])
+
+
+def test_scaling_guides_have_slopes_two_and_three():
+    fig = vc.scaling_figure([10, 100], {"a": [5.0, 500.0], "b": [1.0, 1000.0]}, {"crossover": 50},
+                            guides={2: "a", 3: "b"})
+    guides = {t.name: t.y for t in fig.data if t.name.startswith("slope")}
+    (two,), (three,) = [v for k, v in guides.items() if "2" in k], [v for k, v in guides.items() if "3" in k]
+    assert two[1] / two[0] == pytest.approx(100) and three[1] / three[0] == pytest.approx(1000)
+    assert two[0] == 5.0 and three[0] == 1.0     # each guide through its series' first point
+    assert fig.layout.annotations[0].x == pytest.approx(__import__("math").log10(50))  # log axis
+    assert fig.layout.xaxis.type == fig.layout.yaxis.type == "log"
+    assert all(t.type == "scatter" for t in fig.data)
+    with pytest.raises(ConfigError, match="positive"):
+        vc.scaling_figure([0, 1], {"a": [1, 2]})
+    with pytest.raises(ConfigError, match="unknown series"):
+        vc.scaling_figure([1, 2], {"a": [1, 2]}, guides={2: "z"})
+
+
+def test_step_cost_has_a_linear_panel_for_the_last_series():
+    fig = vc.step_cost_figure([8, 9, 10], {"recompute": [50, 60, 70], "cache": [50, 6.0, 6.1]}, "MFLOP", "t")
+    assert fig.layout.yaxis.type == "log" and fig.layout.yaxis2.type != "log"
+    lower = [t for t in fig.data if t.yaxis == "y2"]
+    assert len(lower) == 1 and list(lower[0].y) == [6.0, 6.1]   # decode steps of the cache only
+    assert any("prefill" in a.text for a in fig.layout.annotations)
+
+
+def test_roofline_lines_per_batch():
+    fig = vc.roofline_figure([256, 512], {"batch 1": [200.0, 199.0], "batch 8": [1600.0, 1500.0]}, "r")
+    assert [t.name for t in fig.data] == ["batch 1", "batch 8"]
+    assert list(fig.layout.xaxis.tickvals) == [256, 512]
