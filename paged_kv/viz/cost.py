@@ -34,7 +34,7 @@ def flops_split_figure(ctx: Sequence[int], linear: Sequence[float], attention: S
                        counted: Sequence[float] | None = None, unit: str = "MFLOP",
                        title: str = "FLOPs per recompute step") -> go.Figure:
     """Stacked areas "linear layers" and "attention" against the context ``t``, with the counted
-    FLOPs (``FlopCounterMode``) as markers on top (they should sit on the stack's edge).
+    FLOPs (counted from the ops that ran) as markers on top (they should sit on the stack's edge).
 
     Raises:
         ConfigError: series of different lengths.
@@ -48,7 +48,7 @@ def flops_split_figure(ctx: Sequence[int], linear: Sequence[float], attention: S
     if counted is not None:
         step = max(1, len(ctx) // 25)
         fig.add_trace(go.Scatter(x=list(ctx)[::step], y=list(counted)[::step], mode="markers",
-                                 name="counted (FlopCounterMode)",
+                                 name="counted",
                                  marker=dict(color="#222", size=6, symbol="x")))
     fig.update_layout(title=title, xaxis_title="tokens in the sequence (t)", yaxis_title=f"{unit} per step",
                       height=400, margin=_MARGIN, legend=_LEGEND)

@@ -36,6 +36,26 @@ def test_counted_flops_equal_the_formula_for_recompute_and_the_cache(small_model
     assert all(s.seconds > 0 for s in rec + con)
 
 
+def test_the_lean_counter_agrees_with_flop_counter_mode(small_model):
+    """Our counter drops FlopCounterMode's per-module bookkeeping only: same rules, same total."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from paged_kv.decoding import profiling
+
+    x = torch.tensor([PROMPT * 3])
+    mapping = {}
+    op = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
+    if op is not None:
+        mapping[op] = profiling._sdpa_flops
+    with torch.no_grad():
+        with profiling._counter() as ours:
+            small_model(x)
+        with FlopCounterMode(display=False, custom_mapping=mapping) as theirs:
+            small_model(x)
+    assert ours.get_total_flops() == theirs.get_total_flops() > 0
+
+
 def test_without_counting_flops_are_zero(small_model):
     steps = profile_decoding(small_model, PROMPT, 2, "contiguous", count_flops=False, repeats=2)
     assert [s.flops for s in steps] == [0, 0] and len(steps) == 2
