@@ -36,7 +36,7 @@ CELL_KINDS = [
     ("not computed", FREE_COLOR),
     ("K/V computed again", COLORS[3]),
     ("K/V read from the cache", COLORS[2]),
-    ("K/V of the new token (made and written once)", COLORS[1]),
+    ("K/V of the new token (made and written once)", COLORS[5]),
 ]
 
 
@@ -119,13 +119,13 @@ def attention_triangle_figure(mode: str, t_values: Sequence[int] = tuple(range(2
     add_replay_controls(fig, frame_steps([f"t={t}" for t in t_values], [str(t) for t in t_values]), active,
                         dict(prefix="step t = "), frame_ms=700, pad_top=10)
     fig.update_layout(
-        title=dict(text=_counts(t0, mode), font=dict(size=13)), height=540,
-        margin=dict(l=40, r=10, t=60, b=150),
+        title=dict(text=_counts(t0, mode), font=dict(size=13)), height=600,
+        margin=dict(l=40, r=10, t=85, b=210), plot_bgcolor="#D8D8D8",
         xaxis=dict(side="top", title=None, tickfont=dict(size=10), fixedrange=True, showgrid=False,
-                   zeroline=False),
+                   zeroline=False, constrain="domain"),  # the square grid, no background beside it
         yaxis=dict(autorange="reversed", tickfont=dict(size=10), fixedrange=True, scaleanchor="x",
                    showgrid=False, zeroline=False),
         legend=dict(orientation="h", y=-0.02, yanchor="top", x=0, font=dict(size=11)))
-    fig.update_layout(sliders=[{**fig.layout.sliders[0].to_plotly_json(), "y": -0.25, "x": 0.1, "len": 0.9}],
-                      updatemenus=[{**fig.layout.updatemenus[0].to_plotly_json(), "y": -0.25}])
+    fig.update_layout(sliders=[{**fig.layout.sliders[0].to_plotly_json(), "y": -0.42, "x": 0.1, "len": 0.9}],
+                      updatemenus=[{**fig.layout.updatemenus[0].to_plotly_json(), "y": -0.42}])
     return fig

@@ -38,3 +38,10 @@ def test_figure_has_one_frame_per_step_and_rejects_bad_input():
         va.attention_step_cells(2, 4, "paged")
     with pytest.raises(ConfigError, match="t must be"):
         va.attention_step_cells(5, 4, "cached")
+
+
+@pytest.mark.parametrize("mode", ["recompute", "cached"])
+def test_every_category_in_a_picture_has_its_own_colour(mode):
+    fig = va.attention_triangle_figure(mode)
+    legend = [tr.marker.color for tr in fig.data[1:]]
+    assert len(legend) == len(set(legend)) == 4
