@@ -21,7 +21,22 @@ from .palette import COLORS
 __all__ = ["flops_split_figure", "roofline_figure", "scaling_figure", "step_cost_figure"]
 
 _LEGEND = dict(orientation="h", y=-0.22, yanchor="top", x=0)
-_MARGIN = dict(l=60, r=15, t=60, b=40)
+_MARGIN = dict(l=60, r=15, t=75, b=40)
+
+
+def _title(text: str, width: int = 38) -> str:
+    """``text`` broken with ``<br>`` at a space so that no line is longer than ``width``
+    characters where it can be (a title wider than a 400 px phone is cut off by plotly)."""
+    if "<br>" in text or len(text) <= width:
+        return text
+    lines, line = [], ""
+    for word in text.split(" "):
+        if line and len(line) + 1 + len(word) > width:
+            lines.append(line)
+            line = word
+        else:
+            line = f"{line} {word}" if line else word
+    return "<br>".join(lines + [line])
 
 
 def _same_length(x, *ys) -> None:
@@ -50,7 +65,7 @@ def flops_split_figure(ctx: Sequence[int], linear: Sequence[float], attention: S
         fig.add_trace(go.Scatter(x=list(ctx)[::step], y=list(counted)[::step], mode="markers",
                                  name="counted",
                                  marker=dict(color="#222", size=6, symbol="x")))
-    fig.update_layout(title=title, xaxis_title="tokens in the sequence (t)", yaxis_title=f"{unit} per step",
+    fig.update_layout(title=_title(title), xaxis_title="tokens in the sequence (t)", yaxis_title=f"{unit} per step",
                       height=400, margin=_MARGIN, legend=_LEGEND)
     return fig
 
@@ -90,7 +105,7 @@ def scaling_figure(n: Sequence[int], series: dict[str, Sequence[float]], crossov
                            text=f"{label}: {x:,}", font=dict(size=11), bgcolor="rgba(255,255,255,0.85)")
     values = [v for y in series.values() for v in y]
     span = math.log10(max(values) / min(values))
-    fig.update_layout(title=title, height=430, margin=_MARGIN, legend=_LEGEND,
+    fig.update_layout(title=_title(title), height=430, margin=_MARGIN, legend=_LEGEND,
                       xaxis=dict(type="log", title="tokens generated (n)", dtick=1),
                       yaxis=dict(type="log", title=unit, dtick=1 if span <= 6 else 3, exponentformat="power"))
     return fig
@@ -127,7 +142,7 @@ def step_cost_figure(ctx: Sequence[int], series: dict[str, Sequence[float]], uni
     fig.update_yaxes(type="log", title_text=unit, row=1, col=1, exponentformat="power", dtick=1)
     fig.update_yaxes(title_text=unit, row=2, col=1)
     fig.update_xaxes(title_text="tokens in the sequence (t)", row=2, col=1)
-    fig.update_layout(title=title, height=620, margin=_MARGIN, legend=dict(orientation="h", y=-0.1, yanchor="top"))
+    fig.update_layout(title=_title(title), height=620, margin=_MARGIN, legend=dict(orientation="h", y=-0.1, yanchor="top"))
     fig.update_annotations(font_size=12)
     return fig
 
@@ -146,7 +161,7 @@ def roofline_figure(contexts: Sequence[int], tokens_per_s: dict[str, Sequence[fl
     for i, (label, y) in enumerate(tokens_per_s.items()):
         fig.add_trace(go.Scatter(x=list(contexts), y=list(y), name=label, mode="lines+markers",
                                  marker=dict(size=5), line=dict(color=COLORS[i % len(COLORS)])))
-    fig.update_layout(title=title, height=420, margin=_MARGIN, legend=_LEGEND,
+    fig.update_layout(title=_title(title), height=420, margin=_MARGIN, legend=_LEGEND,
                       xaxis=dict(type="log", title="context per sequence (t, tokens)", tickvals=list(contexts),
                                  ticktext=[f"{c:,}" for c in contexts]),
                       yaxis=dict(type="log", title="at most tokens/s (whole batch)", dtick=1,

@@ -42,3 +42,12 @@ def test_roofline_lines_per_batch():
     fig = vc.roofline_figure([256, 512], {"batch 1": [200.0, 199.0], "batch 8": [1600.0, 1500.0]}, "r")
     assert [t.name for t in fig.data] == ["batch 1", "batch 8"]
     assert list(fig.layout.xaxis.tickvals) == [256, 512]
+
+
+def test_long_titles_are_broken_to_fit_a_phone():
+    from paged_kv.viz.cost import _title
+    text = "Llama-3-8B on an H100: the roofline bound on decode throughput"
+    lines = _title(text).split("<br>")
+    assert len(lines) > 1 and all(len(line) <= 38 for line in lines)
+    assert " ".join(lines) == text                     # nothing lost, broken at spaces only
+    assert _title("short title") == "short title" and _title("a<br>b") == "a<br>b"
