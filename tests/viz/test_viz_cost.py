@@ -45,9 +45,9 @@ def test_roofline_lines_per_batch():
 
 
 def test_long_titles_are_broken_to_fit_a_phone():
-    from paged_kv.viz.cost import _title
     text = "Llama-3-8B on an H100: the roofline bound on decode throughput"
-    lines = _title(text).split("<br>")
+    fig = vc.roofline_figure([1, 2], {"batch 1": [3.0, 2.0]}, text)
+    lines = fig.layout.title.text.split("<br>")
     assert len(lines) > 1 and all(len(line) <= 38 for line in lines)
     assert " ".join(lines) == text                     # nothing lost, broken at spaces only
-    assert _title("short title") == "short title" and _title("a<br>b") == "a<br>b"
+    assert vc.roofline_figure([1, 2], {"b": [3.0, 2.0]}, "short").layout.title.text == "short"
