@@ -88,7 +88,8 @@ def main(argv=None) -> int:
     if subprocess.run(["git", "-C", str(ROOT), "diff", "--quiet", "HEAD", "--", "paged_kv", "kernels", "pyproject.toml"]).returncode:
         print("note: paged_kv/, kernels/ or pyproject.toml has uncommitted changes; the check installs HEAD", flush=True)
     if not args.reuse_install:   # the set-up cell installs it, as on a fresh Colab runtime
-        sh([str(py), "-m", "pip", "uninstall", "-q", "-y", "paged-kv"])
+        sh([str(py), "-m", "pip", "uninstall", "-q", "-y", "paged-kv", "anywidget"])
+        sh([str(py), "-m", "pip", "install", "-q"] + COLAB_PINS)   # what an earlier run upgraded
     commit = subprocess.check_output(["git", "-C", str(ROOT), "rev-parse", "HEAD"], text=True).strip()
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PAGED_KV_BOOK", "VIRTUAL_ENV", "TRITON_INTERPRET")}
     env.update(PAGED_KV_REPO=f"file://{ROOT}@{commit}", PATH=f"{venv / 'bin'}:{env.get('PATH', '')}",

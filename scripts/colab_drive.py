@@ -105,7 +105,7 @@ def start_lab(work: Path, env: dict) -> tuple[subprocess.Popen, str]:
     log = open(work / "jupyterlab.log", "w")
     proc = subprocess.Popen([str(Path(sys.executable).parent / "jupyter-lab"), "--no-browser", f"--port={port}",
                              "--ip=127.0.0.1", f"--IdentityProvider.token={TOKEN}", f"--ServerApp.root_dir={work}",
-                             "--allow-root"],
+                             "--allow-root", "--LabApp.expose_app_in_browser=True"],
                             stdout=log, stderr=subprocess.STDOUT, env=env, cwd=work)
     base = f"http://127.0.0.1:{port}"
     for _ in range(240):
@@ -196,17 +196,24 @@ def drive_chapter(page, base: str, name: str, timeout_s: float = 1200) -> tuple[
     """Run all cells in JupyterLab, then use the chapter's panel; returns (seconds, problems, click log)."""
     page.goto(f"{base}/lab/tree/{name}.ipynb?token={TOKEN}", wait_until="domcontentloaded")
     page.wait_for_selector(".jp-Notebook .jp-CodeCell", timeout=180_000)
-    page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=180_000)
-    time.sleep(2)
+    page.wait_for_function("window.jupyterapp && window.jupyterapp.shell.currentWidget && "
+                           "window.jupyterapp.shell.currentWidget.sessionContext.session?.kernel?.status === 'idle'",
+                           timeout=180_000)
+    time.sleep(1)
     t = time.time()
-    page.click(".lm-MenuBar-item:has-text('Run')")                   # Run > Run All Cells
-    page.click(".lm-Menu-item[data-command='notebook:run-all-cells']")
+    page.evaluate("window.jupyterapp.commands.execute('notebook:run-all-cells')")   # Run > Run All Cells
+    try:
+        page.wait_for_function(f"{JS_PROMPTS}.some(p => p !== '[]:')", timeout=60_000)
+    except Exception:
+        page.screenshot(path=str(Path(os.environ["COLAB_CHECK_ARTIFACTS"]) / f"colab-check-{name}.png"))
+        raise RuntimeError("Run All Cells started nothing in 60 s (see the screenshot)") from None
     while time.time() - t < timeout_s:
         time.sleep(2)
         prompts = page.evaluate(JS_PROMPTS)
         if not any("*" in p for p in prompts) and (all(p not in ("[]:", "") for p in prompts) or page.evaluate(JS_PROBLEMS)):
             break
     total = time.time() - t
+    print(f"   ran all cells in {total:.1f} s", flush=True)
     problems = [f"output: {p}" for p in page.evaluate(JS_PROBLEMS)]
     if any("*" in p for p in page.evaluate(JS_PROMPTS)):
         problems.append(f"still running after {timeout_s:.0f} s")
@@ -231,6 +238,7 @@ def drive_chapter(page, base: str, name: str, timeout_s: float = 1200) -> tuple[
         dt = time.time() - t0
         what = f"{kind} {label!r}" + (f" = {value}" if value is not None else "")
         log.append(f"{what}: {'changed' if changed else 'NO CHANGE'} after {dt:.2f} s")
+        print("   " + log[-1], flush=True)
         if not changed:
             problems.append(f"{what}: the {'figure' if expect == 'fig' else 'panel'} did not change in 20 s")
         problems += [f"after {what}: {b}" for b in panel.blanks()]
@@ -262,7 +270,7 @@ def main(argv=None) -> int:
     (data / "kernels" / "python3").mkdir(parents=True)
     (data / "kernels" / "python3" / "kernel.json").write_text(json.dumps({
         "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-        "display_name": "Python 3 (colab-check)", "language": "python"}))
+        "display_name": "Python 3 (ipykernel)", "language": "python"}))
     (ipython / "profile_default" / "startup").mkdir(parents=True)
     (ipython / "profile_default" / "startup" / "00-colab.py").write_text("import google.colab  # noqa\n")
     os.environ.update(JUPYTER_DATA_DIR=str(data), IPYTHONDIR=str(ipython), JUPYTER_CONFIG_DIR=str(work / ".jupyter-config"))
@@ -303,8 +311,11 @@ def main(argv=None) -> int:
                     except Exception as e:   # a control or the page did not behave: this chapter fails
                         timings[n], bad, log = 0.0, [f"{type(e).__name__}: {str(e)[:800]}"], []
                         page.screenshot(path=str(Path(os.environ["COLAB_CHECK_ARTIFACTS"]) / f"colab-check-{n}.png"))
-                    bad += [f"JavaScript error: {e}" for e in page.js_errors]
-                    print(f"   {timings[n]:.1f} s" + "".join(f"\n   {line}" for line in log)
+                    # Colab draws each output in its own iframe, where the "colab" renderer's CDN
+                    # <script> loads before the figure's code; JupyterLab inserts both at once, so
+                    # static figures there fail with this one error, which says nothing about Colab.
+                    bad += [f"JavaScript error: {e}" for e in page.js_errors if e != "Plotly is not defined"]
+                    print(f"   {timings[n]:.1f} s"
                           + "".join(f"\n   PROBLEM {b}" for b in bad), flush=True)
                     if bad:
                         failures[n] = bad
