@@ -23,7 +23,7 @@ import torch
 from paged_kv.errors import TensorError
 
 from .checks import check_qkv, check_seq_lens, check_tensor, check_tuning
-from .runtime import require_triton, tl, triton
+from .runtime import head_tile, require_triton, tl, triton
 from . import timing
 
 
@@ -79,7 +79,7 @@ def _decode_split_kernel(
     GROUP: tl.constexpr,      # query heads per KV head
     BLOCK_G: tl.constexpr,    # GROUP padded to >= 16 (tl.dot needs 16 rows); rows masked
     D: tl.constexpr,          # head_dim
-    BLOCK_D: tl.constexpr,    # next power of two >= D
+    BLOCK_D: tl.constexpr,    # head_tile(D): next power of two >= D, >= 16 (columns masked)
     BLOCK_N: tl.constexpr,    # cached tokens per inner step
 ):
     b = tl.program_id(0).to(tl.int64)
@@ -214,7 +214,7 @@ def decode_attention(q, k_cache, v_cache, seq_lens, scale=None, num_splits=None,
     S = num_splits if num_splits is not None else choose_num_splits(B * Hkv, max_len, block_n, q.device)
     tokens_per_split = triton.cdiv(triton.cdiv(max_len, S), block_n) * block_n
     S = triton.cdiv(max_len, tokens_per_split)
-    BLOCK_D = triton.next_power_of_2(D)
+    BLOCK_D = head_tile(D)           # >= 16: tl.dot needs 16 columns on the GPU
     part_out = torch.empty(B, H, S, BLOCK_D, dtype=torch.float32, device=q.device)
     part_lse = torch.empty(B, H, S, dtype=torch.float32, device=q.device)
     _decode_split_kernel[(B, Hkv, S)](

@@ -39,7 +39,7 @@ from paged_kv.errors import CacheError, TensorError
 from .cache_ops import cache_offset
 from .checks import check_qkv, check_tensor, check_tuning
 from .decode_attention import choose_num_splits, decode_attention, decode_attention_reference, decode_combine_kernel
-from .runtime import require_triton, tl, triton
+from .runtime import head_tile, require_triton, tl, triton
 from . import timing
 
 
@@ -102,7 +102,7 @@ def _paged_decode_split_kernel(
     GROUP: tl.constexpr,      # query heads per KV head
     BLOCK_G: tl.constexpr,    # GROUP padded to >= 16 (tl.dot needs 16 rows); rows masked
     D: tl.constexpr,          # head_dim
-    BLOCK_D: tl.constexpr,    # next power of two >= D (columns masked)
+    BLOCK_D: tl.constexpr,    # head_tile(D): next power of two >= D, >= 16 (columns masked)
     BLOCK_SIZE: tl.constexpr,  # tokens per cache block (BS)
     BLOCK_N: tl.constexpr,    # token positions per inner step (may span several blocks)
 ):
@@ -242,7 +242,7 @@ def paged_decode_attention(q, k_cache, v_cache, block_tables, seq_lens, scale=No
     S = num_splits if num_splits is not None else choose_num_splits(B * Hkv, max_len, block_n, q.device)
     tokens_per_split = triton.cdiv(triton.cdiv(max_len, S), block_n) * block_n
     S = triton.cdiv(max_len, tokens_per_split)
-    BLOCK_D = triton.next_power_of_2(D)
+    BLOCK_D = head_tile(D)           # >= 16: tl.dot needs 16 columns on the GPU
     part_out = torch.empty(B, H, S, BLOCK_D, dtype=torch.float32, device=q.device)
     part_lse = torch.empty(B, H, S, dtype=torch.float32, device=q.device)
     _paged_decode_split_kernel[(B, Hkv, S)](

@@ -38,7 +38,7 @@ from . import timing
 from .cache_ops import cache_offset
 from .checks import check_qkv, check_tensor, check_tuning
 from .paged_attention import check_block_tables, gather_kv, paged_copy
-from .runtime import require_triton, tl, triton
+from .runtime import head_tile, require_triton, tl, triton
 
 
 # ---------------------------------------------------------------------------------------------
@@ -208,7 +208,7 @@ def paged_prefill_attention(q, k_cache, v_cache, block_tables, context_lens, que
         block_tables.stride(0),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), k_cache.stride(3),
         scale,
-        H=H, GROUP=H // k_cache.shape[2], D=D, BLOCK_D=max(16, triton.next_power_of_2(D)),
+        H=H, GROUP=H // k_cache.shape[2], D=D, BLOCK_D=head_tile(D),
         BLOCK_SIZE=k_cache.shape[1], BLOCK_M=block_m, BLOCK_N=block_n,
     )
     return out

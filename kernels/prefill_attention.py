@@ -24,7 +24,7 @@ import torch
 from paged_kv.errors import TensorError
 
 from .checks import check_qkv, check_seq_lens, check_tensor, check_tuning
-from .runtime import require_triton, tl, triton
+from .runtime import head_tile, require_triton, tl, triton
 from . import timing
 
 
@@ -88,7 +88,7 @@ def _prefill_attention_kernel(
     D: tl.constexpr,          # head_dim
     BLOCK_M: tl.constexpr,    # query rows per program
     BLOCK_N: tl.constexpr,    # keys per inner-loop step
-    BLOCK_D: tl.constexpr,    # next power of two >= D (loads are masked to D)
+    BLOCK_D: tl.constexpr,    # head_tile(D): next power of two >= D, >= 16 (loads masked to D)
 ):
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
@@ -141,7 +141,7 @@ def prefill_attention(q, k, v, seq_lens=None, scale=None, block_m: int = 16, blo
     """Causal GQA attention with the Triton kernel (compiled on CUDA, interpreted on CPU).
 
     Args:
-        q: ``[B, T, H, D]`` fp32/fp16 (bf16 on sm_80+); any ``D`` (padded to a power of two).
+        q: ``[B, T, H, D]`` fp32/fp16 (bf16 on sm_80+); any ``D`` (padded to a power of two >= 16, see ``runtime.head_tile``).
         k, v: ``[B, T, Hkv, D]`` same dtype and device; ``H % Hkv == 0``.
         seq_lens: ``[B]`` int32 with ``1 <= seq_lens[b] <= T`` (default: all ``T``).
         scale: softmax scale, default ``1 / sqrt(D)``.
@@ -184,7 +184,7 @@ def prefill_attention(q, k, v, seq_lens=None, scale=None, block_m: int = 16, blo
         out.stride(0), out.stride(1), out.stride(2),
         scale,
         H=H, GROUP=H // k.shape[2], D=D,
-        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=triton.next_power_of_2(D),
+        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=head_tile(D),
     )
     return out
 

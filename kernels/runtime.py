@@ -79,6 +79,18 @@ except ImportError as exc:  # macOS / Windows: no Triton wheels
     tl = _TlStub()  # type: ignore[assignment]
 
 
+# tl.dot on NVIDIA GPUs needs every dimension >= 16 (fp16/bf16; fp32 needs 8). The CPU
+# interpreter does not enforce it: head_dim 8 ran there and failed to compile for sm_75/80/90
+# (tests/kernels/gpu_compile.py found it). Columns past D are masked on load and store.
+DOT_MIN = 16
+
+
+def head_tile(head_dim: int) -> int:
+    """``BLOCK_D`` for a kernel that feeds head_dim columns to ``tl.dot``: the next power of two
+    >= ``head_dim``, and at least :data:`DOT_MIN` (16). Padded columns are masked (read as 0)."""
+    return max(DOT_MIN, triton.next_power_of_2(int(head_dim)))
+
+
 def interpreter_active() -> bool:
     """True when Triton kernels run in the CPU interpreter rather than compiled on a GPU."""
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")

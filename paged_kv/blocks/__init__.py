@@ -5,6 +5,10 @@ Bookkeeping only, pure Python (vLLM paper §4.2-4.4): the caches and kernels of
 exercises and later the scheduler can drive the bookkeeping alone, fast.
 
 * :mod:`~paged_kv.blocks.allocator`: :class:`BlockAllocator`, the free list with reference counts;
+* :mod:`~paged_kv.blocks.free_block_queue`: :class:`FreeBlockQueue`, the free list as a doubly
+  linked list (O(1) removal from the middle, for prefix-cache hits);
+* :mod:`~paged_kv.blocks.prefix_cache`: :class:`PrefixCache`, chained block hashes
+  (:func:`block_hashes`, :func:`sha256_block_hash`) and the token check (chapter 8);
 * :mod:`~paged_kv.blocks.block_table`: :class:`BlockTable` (logical -> physical), :func:`blocks_needed`;
 * :mod:`~paged_kv.blocks.manager`: :class:`BlockSpaceManager` (allocate, append, fork with
   copy-on-write, free);
@@ -15,10 +19,13 @@ exercises and later the scheduler can drive the bookkeeping alone, fast.
 
 from .allocator import BlockAllocator
 from .block_table import BlockTable, blocks_needed, check_seq_id
+from .free_block_queue import FreeBlockQueue
 from .history import (PAPER_FREE_ORDER, BlockHistory, BlockState, Event, Snapshot, paper_beam_trace,
                       paper_sampling_trace, paper_trace, rename_sequences, snapshot)
 from .manager import BlockSpaceManager
+from .prefix_cache import CacheEntry, PrefixCache, block_hashes, sha256_block_hash
 
-__all__ = ["BlockAllocator", "BlockHistory", "BlockSpaceManager", "BlockState", "BlockTable", "Event",
-           "PAPER_FREE_ORDER", "Snapshot", "blocks_needed", "check_seq_id", "paper_beam_trace",
+__all__ = ["BlockAllocator", "BlockHistory", "BlockSpaceManager", "BlockState", "BlockTable", "CacheEntry", "Event",
+           "FreeBlockQueue", "PAPER_FREE_ORDER", "PrefixCache", "Snapshot", "block_hashes", "blocks_needed",
+           "check_seq_id", "paper_beam_trace", "sha256_block_hash",
            "paper_sampling_trace", "paper_trace", "rename_sequences", "snapshot"]

@@ -3,17 +3,21 @@
 Bookkeeping only (no tensors): a physical block is just an id ``0 .. num_blocks - 1``; the
 tensors it names live in the paged cache.  Follows the vLLM paper, §4.2-4.3 (the "KV block
 manager" hands out fixed-size physical blocks), §4.4 (reference counts make sharing possible),
-and vLLM v1's ``FreeKVCacheBlockQueue`` (``vllm/v1/core/kv_cache_utils.py``) for the free list.
+and vLLM v1's ``FreeKVCacheBlockQueue`` (``vllm/v1/core/kv_cache_utils.py``) for the free list
+(:class:`~paged_kv.blocks.free_block_queue.FreeBlockQueue`).  With a
+:class:`~paged_kv.blocks.prefix_cache.PrefixCache` attached (chapter 8), a freed block keeps its
+cache entry (*cached-free*, ref count 0) until it is handed out again.
 """
 
 from __future__ import annotations
 
 import operator
-from collections import deque
 from typing import Iterable
 
 from ..errors import BlockError, ConfigError, OutOfBlocksError
 from ..validate import count
+from .free_block_queue import FreeBlockQueue
+from .prefix_cache import PrefixCache
 
 __all__ = ["BlockAllocator"]
 
@@ -29,7 +33,7 @@ class BlockAllocator:
             calls, so a trace (e.g. the paper's Figures 6-7, where the first blocks handed
             out are 7, 1, 3, ...) replays with the same ids given the same order.
 
-    **Why a FIFO free list (a ``deque``) with a ref-count array.**
+    **Why a FIFO free list with a ref-count array.**
     ``allocate`` takes the id at the *head*; a block whose count drops to zero goes to
     the *tail*.  Both are O(1), and a ref count lookup is an O(1) list index, which is
     all a decode step needs (one allocation per sequence at most).  The alternatives
@@ -38,9 +42,16 @@ class BlockAllocator:
     v0's ``free_blocks.pop()``) hands the block freed a moment ago straight back out.
     FIFO is what vLLM v1 chose: with prefix caching a freed block still holds valid
     K/V, and reusing the *least recently* freed block first keeps recently freed
-    contents around longest (LRU eviction).  vLLM v1 uses a doubly linked list rather
-    than a deque only because a cache hit must pull a block out of the *middle* of the
-    queue in O(1); we have no prefix cache, so a deque suffices.
+    contents around longest (LRU eviction).  A ``deque`` would do for FIFO alone; but a
+    cache hit must pull a block out of the *middle* of the queue in O(1), so the list
+    is a doubly linked :class:`~paged_kv.blocks.free_block_queue.FreeBlockQueue`, as in
+    vLLM v1 (a deque would no longer do: its ``remove`` is O(NB)).
+
+    Prefix caching (:attr:`cache`, set by the manager): a freed block whose K/V is cached
+    keeps its entry and sits on the free list like any free block (*cached-free*);
+    :meth:`allocate` evicts the head's entry *before* handing the block out, so no entry
+    ever names a block that holds other tokens; :meth:`touch` revives a cached-free block
+    (a hit) by unlinking it from the middle of the list.
 
     Ref counts: ``allocate`` sets a block's count to 1; :meth:`share` adds a holder (a
     forked sequence); :meth:`free` removes one.  A block is free exactly when its count
@@ -63,7 +74,8 @@ class BlockAllocator:
         if sorted(order) != list(range(num_blocks)):
             raise ConfigError(f"free_order must be a permutation of range({num_blocks}), got {given!r:.120}")
         self.num_blocks = num_blocks
-        self._free: deque[int] = deque(order)      # head = next block handed out
+        self._free = FreeBlockQueue(num_blocks, order)   # head = next block handed out
+        self.cache: PrefixCache | None = None      # prefix cache whose entries name our blocks
         self._refs: list[int] = [0] * num_blocks   # holders of each block; 0 = free
         self._ever: list[bool] = [False] * num_blocks   # handed out at least once (for errors)
 
@@ -83,8 +95,15 @@ class BlockAllocator:
         return self._refs[self._check_id(block_id)]
 
     def free_list(self) -> list[int]:
-        """The free block ids in the order ``allocate`` will hand them out."""
+        """The free block ids in the order ``allocate`` will hand them out (and, with a prefix
+        cache, evict cached-free blocks: least recently freed first)."""
         return list(self._free)
+
+    def cached_free(self) -> list[int]:
+        """Free blocks that still hold cached K/V (ref count 0, entry kept), in eviction order."""
+        if self.cache is None:
+            return []
+        return [b for b in self._free if b in self.cache]
 
     # --- changes ------------------------------------------------------------------------------
     def allocate(self) -> int:
@@ -93,9 +112,11 @@ class BlockAllocator:
         Raises:
             OutOfBlocksError: no free block (``needed=1, free=0``); nothing changes.
         """
-        if not self._free:
+        if not len(self._free):
             raise OutOfBlocksError(1, 0, "one block")
         block_id = self._free.popleft()
+        if self.cache is not None:
+            self.cache.evict(block_id)             # its entry goes before the block is reused
         self._refs[block_id] = 1
         self._ever[block_id] = True
         return block_id
@@ -109,6 +130,21 @@ class BlockAllocator:
         block_id = self._check_id(block_id)
         if self._refs[block_id] == 0:
             raise BlockError(f"cannot share block {block_id}: it is free")
+        self._refs[block_id] += 1
+        return self._refs[block_id]
+
+    def touch(self, block_id: int) -> int:
+        """Add a holder to a block found in the prefix cache; returns its new ref count.  A
+        cached-free block (count 0) leaves the free list from wherever it sits, in O(1).
+
+        Raises:
+            BlockError: no prefix cache, or the block caches nothing (it may hold other tokens).
+        """
+        block_id = self._check_id(block_id)
+        if self.cache is None or block_id not in self.cache:
+            raise BlockError(f"block {block_id} holds no cached prefix: only a cache hit is touched")
+        if self._refs[block_id] == 0:
+            self._free.remove(block_id)
         self._refs[block_id] += 1
         return self._refs[block_id]
 
@@ -148,8 +184,9 @@ class BlockAllocator:
         used = sum(1 for r in self._refs if r > 0)
         if len(self._free) + used != self.num_blocks:
             raise BlockError(f"free ({len(self._free)}) + used ({used}) blocks != pool size {self.num_blocks}")
-        if len(set(self._free)) != len(self._free):
-            raise BlockError(f"a block appears twice on the free list: {list(self._free)}")
+        free = list(self._free)
+        if len(set(free)) != len(free):
+            raise BlockError(f"a block appears twice on the free list: {free}")
         zero = {b for b, r in enumerate(self._refs) if r == 0}
         if set(self._free) != zero:
             raise BlockError(f"free list {sorted(self._free)} differs from the blocks with ref count 0 {sorted(zero)}")

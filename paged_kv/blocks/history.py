@@ -53,7 +53,8 @@ class BlockState:
 
 @dataclass(frozen=True)
 class Event:
-    """What happened: ``kind`` is ``"start"``, ``"allocate"``, ``"append"``, ``"fork"`` or ``"free"``.
+    """What happened: ``kind`` is ``"start"``, ``"allocate"``, ``"append"``, ``"fork"``, ``"free"``
+    or ``"preempt"`` (freed to be recomputed later).
 
     ``new_blocks``: ids taken from the free list; ``freed_blocks``: ids returned to it;
     ``slots``: slots written; ``copies``: copy-on-write ``(src, dst)``; ``text``: a caption.
@@ -94,7 +95,8 @@ class Snapshot:
 
     @property
     def wasted_slots(self) -> int:
-        """Reserved but empty slots in used blocks (internal fragmentation), shared blocks once."""
+        """Allocated but still empty slots in used blocks (internal fragmentation once their sequences
+        have finished), shared blocks once."""
         return sum(self.block_size - b.filled for b in self.blocks if b.ref_count > 0)
 
 
@@ -177,7 +179,7 @@ class BlockHistory:
         self.labels[seq_id] = toks
         slots = tuple(self.manager.slot_mapping(seq_id))
         return self._record(Event("allocate", seq_id, tuple(table.block_ids), (), slots, (),
-                                  f"{seq_id}: prompt of {len(toks)} tokens → blocks {list(table.block_ids)}"))
+                                  f"request {seq_id}: prompt of {len(toks)} tokens → blocks {list(table.block_ids)}"))
 
     def append(self, seq_id, token="") -> Snapshot:
         """A decode token for ``seq_id`` (``token``: its label).
@@ -197,7 +199,7 @@ class BlockHistory:
         what = f"new block {new[0]}" if new and not copies else (
             f"copy-on-write {copies[0][0]} → {copies[0][1]}" if copies else "no new block")
         return self._record(Event("append", seq_id, new, (), (slot,), copies,
-                                  f"{seq_id}: token {token!r} → logical {logical}, offset {offset}, "
+                                  f"request {seq_id}: token {token!r} → logical {logical}, offset {offset}, "
                                   f"slot {slot} ({what})"))
 
     def fork(self, parent_id, child_id) -> Snapshot:
@@ -206,17 +208,31 @@ class BlockHistory:
         if not self.record:
             return None
         self.labels[child_id] = list(self.labels.get(parent_id, []))
-        return self._record(Event("fork", child_id, text=f"{child_id}: forked from {parent_id}, sharing "
+        return self._record(Event("fork", child_id, text=f"request {child_id}: forked from request {parent_id}, sharing "
                                   f"blocks {self.manager.block_table(child_id).block_ids}"))
 
     def free(self, seq_id) -> Snapshot:
-        """``seq_id`` is done: blocks only it held go back to the free list."""
+        """``seq_id`` is done: blocks only it held go back to the free list (``freed_blocks`` in
+        the order they are appended to it: the last logical block first)."""
         freed = tuple(self.manager.free(seq_id))
         if not self.record:
             return None
         self.labels.pop(seq_id, None)
         return self._record(Event("free", seq_id, (), freed, (), (),
-                                  f"{seq_id}: finished, blocks {list(freed)} back on the free list"))
+                                  f"request {seq_id}: finished, blocks {list(freed)} back on the free list"))
+
+    def preempt(self, seq_id, reason: str = "") -> Snapshot:
+        """``seq_id`` is preempted by recompute (vLLM paper §4.5): all its blocks are freed at once
+        and its tokens will be prefilled again when it is readmitted.  Recorded as kind
+        ``"preempt"``; ``reason`` goes into the caption."""
+        freed = tuple(self.manager.free(seq_id))
+        if not self.record:
+            return None
+        self.labels.pop(seq_id, None)
+        why = f" ({reason})" if reason else ""
+        return self._record(Event("preempt", seq_id, (), freed, (), (),
+                                  f"request {seq_id}: preempted{why}, blocks {list(freed)} back on the "
+                                  f"free list; it will be recomputed"))
 
 
 def paper_trace() -> BlockHistory:

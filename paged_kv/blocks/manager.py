@@ -15,6 +15,19 @@ Fork and copy-on-write (§4.4, used for parallel sampling and beam search):
 copy); the first append into a *shared, partly filled* last block copies that block to a fresh
 one, and the ``(src, dst)`` copy is queued for the cache (:meth:`BlockSpaceManager.take_copies`).
 
+Automatic prefix caching (chapter 8; vLLM v1): with ``enable_prefix_caching`` a full block is
+registered in a :class:`~paged_kv.blocks.prefix_cache.PrefixCache` once its tokens are computed
+(:meth:`BlockSpaceManager.cache_full_blocks`), a new prompt starts from the blocks it hits
+(:meth:`BlockSpaceManager.cache_hit`, then ``allocate(..., cached=hits)``), and a freed block
+stays cached with ref count 0 until the pool hands it out again (LRU).  Three rules:
+
+1. the last sampled token, whose K/V is not yet written, is never part of a cached block (only
+   *computed* tokens are registered, and a hit stops before a prompt's last token, so at least
+   one token always runs through the model);
+2. a block's hash is registered when the block fills, during a prefill or a decode;
+3. a freed block with a hash stays cached (ref count 0, on the free list) until the pool needs
+   it; its entry is removed before it is reused.
+
 Legend: BS block size (tokens per block), NB blocks in the pool.
 """
 
@@ -27,6 +40,7 @@ from ..errors import BlockError, OutOfBlocksError
 from ..validate import count
 from .allocator import BlockAllocator
 from .block_table import BlockTable, blocks_needed, check_seq_id
+from .prefix_cache import PrefixCache
 
 __all__ = ["BlockSpaceManager"]
 
@@ -43,6 +57,10 @@ class BlockSpaceManager:
         block_size: token slots per block (BS).
         free_order: initial free-list order (see :class:`BlockAllocator`); replays a trace.
         num_cpu_blocks: blocks of the CPU swap pool (0: no swapping).
+        enable_prefix_caching: keep full blocks findable by their prefix (vLLM's
+            ``enable_prefix_caching``); off by default.
+        hash_fn: the prefix cache's block hash, ``"sha256"`` or a function
+            ``(parent, token_ids, extra_key) -> hashable`` (see :class:`PrefixCache`).
 
     Raises:
         ConfigError: bad ``num_blocks``/``block_size``/``free_order``.
@@ -51,7 +69,8 @@ class BlockSpaceManager:
     """
 
     def __init__(self, num_blocks: int, block_size: int, free_order: Iterable[int] | None = None,
-                 num_cpu_blocks: int = 0) -> None:
+                 num_cpu_blocks: int = 0, enable_prefix_caching: bool = False,
+                 hash_fn="sha256") -> None:
         block_size = count("block_size (tokens per block)", block_size, minimum=1)
         self.allocator = BlockAllocator(num_blocks, free_order)
         self.num_blocks, self.block_size = self.allocator.num_blocks, block_size
@@ -60,6 +79,9 @@ class BlockSpaceManager:
         self._tables: dict[Hashable, BlockTable] = {}
         self._swapped: dict[Hashable, BlockTable] = {}   # tables of swapped sequences: CPU block ids
         self._copies: list[tuple[int, int]] = []   # copy-on-write (src, dst) not yet applied
+        self.cache = PrefixCache(block_size, hash_fn) if enable_prefix_caching else None
+        self.allocator.cache = self.cache
+        self._cached_upto: dict[Hashable, int] = {}    # per sequence: leading blocks registered
 
     # --- queries ------------------------------------------------------------------------------
     @property
@@ -123,23 +145,82 @@ class BlockSpaceManager:
         """Whether a prompt of ``num_tokens`` tokens fits in the free blocks now."""
         return blocks_needed(self._check_tokens(num_tokens), self.block_size) <= self.num_free_blocks
 
-    def allocate(self, seq_id, num_tokens: int) -> BlockTable:
+    def allocate(self, seq_id, num_tokens: int, cached=()) -> BlockTable:
         """Give a new sequence the ``ceil(num_tokens / BS)`` blocks its prompt fills; returns its table.
 
+        ``cached``: block ids of a prefix-cache hit (:meth:`cache_hit`), the table's first blocks;
+        they gain a holder (a cached-free one leaves the free list) and only the rest are new.
+
         Raises:
-            BlockError: ``seq_id`` is not a str/int or already holds blocks, or ``num_tokens < 1``.
+            BlockError: ``seq_id`` is not a str/int or already holds blocks, ``num_tokens < 1``, or
+                ``cached`` names a block that caches nothing or more blocks than the prompt fills.
             OutOfBlocksError: fewer free blocks than needed (nothing is allocated).
         """
         seq_id = check_seq_id(seq_id)
         if seq_id in self._tables:
             raise BlockError(f"sequence {seq_id!r} already holds blocks; free it first")
         num_tokens = self._check_tokens(num_tokens)
-        needed = blocks_needed(num_tokens, self.block_size)
+        cached = list(cached)
+        if cached and (self.cache is None or any(b not in self.cache for b in cached)
+                       or len(cached) * self.block_size > num_tokens):
+            raise BlockError(f"cached blocks {cached} are not a prefix-cache hit of a {num_tokens}-token prompt")
+        needed = self.blocks_to_allocate(num_tokens, cached)
         if needed > self.num_free_blocks:
             raise OutOfBlocksError(needed, self.num_free_blocks, f"a {num_tokens}-token prompt")
-        table = BlockTable(self.block_size, [self.allocator.allocate() for _ in range(needed)], num_tokens)
+        for b in cached:                               # first: a touched block cannot be evicted below
+            self.allocator.touch(b)
+        new = [self.allocator.allocate() for _ in range(blocks_needed(num_tokens, self.block_size) - len(cached))]
+        table = BlockTable(self.block_size, cached + new, num_tokens)
         self._tables[seq_id] = table
+        self._cached_upto[seq_id] = len(cached)
         return table.copy()
+
+    def blocks_to_allocate(self, num_tokens: int, cached=()) -> int:
+        """Free blocks a ``num_tokens`` prompt takes when its first blocks are the hit ``cached``:
+        its new blocks, plus each hit block that is cached-free (it leaves the free list too)."""
+        num_tokens = self._check_tokens(num_tokens)
+        revived = sum(1 for b in cached if self.allocator.ref_count(b) == 0)
+        return blocks_needed(num_tokens, self.block_size) - len(cached) + revived
+
+    # --- prefix caching -----------------------------------------------------------------------
+    def cache_hit(self, token_ids, extra_key=None, hashes: list | None = None) -> list[int]:
+        """Block ids of the longest cached prefix of ``token_ids`` (full blocks, stored tokens
+        checked), stopping before the last token (rule 1: it must run to give logits), so at most
+        ``(len - 1) // BS`` blocks.  ``[]`` without prefix caching.  Changes nothing."""
+        if self.cache is None or not token_ids:
+            return []
+        return self.cache.lookup(token_ids, extra_key, hashes, max_blocks=(len(token_ids) - 1) // self.block_size)
+
+    def cache_full_blocks(self, seq_id, token_ids, num_computed: int, extra_key=None,
+                          hashes: list | None = None) -> list[int]:
+        """Register ``seq_id``'s full blocks whose tokens are all computed (rule 2: as soon as a block
+        fills, prompt or decode); returns the block ids newly registered.  ``token_ids``: the
+        sequence's tokens; ``num_computed``: how many have their K/V written (the last sampled token
+        never has, rule 1).  A block already cached (a hit, or shared) is skipped.
+
+        Raises:
+            BlockError: unknown sequence, or ``num_computed`` past the tokens the table holds.
+        """
+        table = self._table(seq_id)
+        if self.cache is None:
+            return []
+        seq_id = check_seq_id(seq_id)
+        if not 0 <= num_computed <= min(len(token_ids), table.num_tokens):
+            raise BlockError(f"num_computed={num_computed} outside sequence {seq_id!r}'s "
+                             f"{min(len(token_ids), table.num_tokens)} tokens")
+        full = num_computed // self.block_size
+        start = self._cached_upto.get(seq_id, 0)
+        if full <= start:
+            return []
+        hashes = self.cache.hashes(token_ids[:full * self.block_size], extra_key, hashes)
+        added = []
+        for i in range(start, full):
+            b = table.block_ids[i]
+            if b not in self.cache:
+                self.cache.register(b, hashes[i], token_ids[:(i + 1) * self.block_size], extra_key)
+                added.append(b)
+        self._cached_upto[seq_id] = full
+        return added
 
     # --- decode tokens ------------------------------------------------------------------------
     def blocks_to_append(self, seq_id) -> int:
@@ -265,6 +346,8 @@ class BlockSpaceManager:
         for block_id in parent.block_ids:
             self.allocator.share(block_id)
         self._tables[child_id] = parent.copy()
+        if self.cache is not None:
+            self._cached_upto[child_id] = self._cached_upto.get(check_seq_id(parent_id), 0)
         return parent.copy()
 
     def free(self, seq_id) -> list[int]:
@@ -283,6 +366,7 @@ class BlockSpaceManager:
             return []
         table = self._table(seq_id)
         del self._tables[check_seq_id(seq_id)]
+        self._cached_upto.pop(check_seq_id(seq_id), None)
         freed = [b for b in reversed(table.block_ids) if self.allocator.free(b) == 0]
         if self._copies and freed:
             gone = set(freed)
@@ -355,6 +439,7 @@ class BlockSpaceManager:
             while src_alloc.free(b):
                 pass
         for s in ids:
+            self._cached_upto.pop(s, None)             # new block ids: registered again as they fill
             table = src_tables.pop(s)
             table.block_ids = [mapping[b] for b in table.block_ids]
             dst_tables[s] = table
@@ -385,6 +470,16 @@ class BlockSpaceManager:
             if self.allocator.ref_count(block_id) != holders[block_id]:
                 raise BlockError(f"block {block_id} has ref count {self.allocator.ref_count(block_id)} "
                                  f"but {holders[block_id]} block tables hold it")
+        if self.cache is not None:
+            self.cache.check()
+            for seq_id, table in self._tables.items():
+                for logical, block_id in enumerate(table.block_ids):
+                    e = self.cache.entry(block_id)
+                    if e is not None and len(e.prefix) != (logical + 1) * self.block_size:
+                        raise BlockError(f"cached block {block_id} ends a {len(e.prefix)}-token prefix but is "
+                                         f"logical block {logical} of sequence {seq_id!r}")
+                    if e is not None and table.filled(logical) != self.block_size:
+                        raise BlockError(f"cached block {block_id} is not full in sequence {seq_id!r}")
         uneven = {b: sorted(f) for b, f in fill.items() if len(f) > 1}
         if uneven:
             raise BlockError(f"shared blocks hold different token counts in different tables: {uneven}")

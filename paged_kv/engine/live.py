@@ -9,15 +9,28 @@ run the model through the block tables.  Each request is prefilled when it arriv
 the child shares every block of its parent and draws its own next token, so the two diverge and
 the first write into their shared, partly filled last block copies it (copy-on-write).
 
+When a decode step needs a block and none is free, the request that arrived last is preempted
+by recompute (vLLM paper §4.5, through :func:`paged_kv.scheduling.rules.preemption_victim`, the
+rule the simulator and the serving engine call): its blocks go back to the pool and it waits at
+the front of the queue; at the start of a later step, once its tokens fit again, it is prefilled
+again with all of them (prompt and generated tokens), and continues where it stopped.
+
+Slots are labelled per byte with :meth:`~paged_kv.model.ByteTokenizer.token_labels` (a multi-byte
+character on its first byte) and a running request's text is decoded incrementally, so an
+incomplete character never shows as "\ufffd".
+
 The panel around it (buttons, figure) is :func:`paged_kv.widgets.blocks.block_panel`; the serving
 engine of the later chapters grows from this loop.
 """
 
 from __future__ import annotations
 
+from collections import deque
+
 from ..blocks import BlockHistory, BlockSpaceManager
 from ..errors import BlockError, PromptError
 from ..model.sampling import SamplingParams, sample, sample_generator
+from ..scheduling.rules import preemption_victim, requeue_preempted
 from ..storage import PagedKVCache, prepare_paged_batch, run_paged_batch
 from ..validate import count
 
@@ -40,7 +53,8 @@ class LiveRequests:
         OutOfBlocksError: (from the manager) a prompt does not fit the free blocks; nothing changes.
         PromptError: an empty prompt, a length that is not an int ``>= 1``, or a prompt longer
             than the model's ``max_seq_len``.
-        BlockError: :meth:`text` or :meth:`finish` of a request that is not running.
+        BlockError: :meth:`text` or :meth:`finish` of a request that is neither running nor
+            waiting (preempted); :meth:`fork` of one that is not running.
     """
 
     def __init__(self, model=None, tokenizer=None, num_blocks: int = 24, block_size: int = 8,
@@ -56,6 +70,7 @@ class LiveRequests:
                                       dtype=model.dtype, device=model.device)
         self.pending: dict[int, int] = {}     # per running request: sampled, not yet cached token
         self.tokens: dict[int, list[int]] = {}
+        self.waiting: deque[int] = deque()    # preempted requests, oldest first, to be recomputed
         self._next_id = 0
 
     @property
@@ -66,14 +81,15 @@ class LiveRequests:
     def running(self) -> list[int]:
         return self.manager.seq_ids
 
-    def _label(self, token: int) -> str:
-        return self.tokenizer.decode([token]) if self.tokenizer is not None else "·"
+    def _labels(self, ids: list[int]) -> list[str]:
+        """One slot label per token (see :meth:`~paged_kv.model.ByteTokenizer.token_labels`)."""
+        return self.tokenizer.token_labels(ids) if self.tokenizer is not None else ["·"] * len(ids)
 
     def add(self, prompt: str | int) -> int:
         """Admit a request (prompt text, or a number of tokens) and prefill it; returns its id."""
         if isinstance(prompt, str):
             ids = self.tokenizer.encode(prompt) if self.tokenizer is not None else [0] * len(prompt)
-            labels = list(prompt) if self.tokenizer is None else [self._label(t) for t in ids]
+            labels = list(prompt) if self.tokenizer is None else self._labels(ids)
             if not ids:
                 raise PromptError(f"the prompt {prompt!r} has no tokens; a request needs >= 1")
         else:
@@ -83,6 +99,9 @@ class LiveRequests:
             raise PromptError(f"a prompt of {len(ids)} tokens leaves no room below the model's "
                               f"max_seq_len {self.model.cfg.max_seq_len}")
         seq = self._next_id
+        if self.waiting:
+            raise BlockError(f"requests {list(self.waiting)} are waiting to be recomputed; they are "
+                             f"served first (first come, first served): decode or finish one")
         self.history.allocate(seq, labels)           # raises OutOfBlocksError before any change
         self._next_id += 1
         self.tokens[seq] = list(ids)
@@ -107,41 +126,102 @@ class LiveRequests:
         return child
 
     def step(self) -> list[str]:
-        """One decode step for every running request that can get a slot; returns notes on those
-        that could not (out of blocks: they wait, as a scheduler without preemption would)."""
-        ran, notes = [], []
-        for seq in self.running:
+        """One decode step; returns notes on what did not simply run.
+
+        First the oldest preempted request is readmitted if all its tokens fit the free blocks
+        (it is prefilled again: recompute).  Then every running request gets a slot for its
+        pending token; when one needs a block and none is free, the latest arrival is preempted
+        (:func:`~paged_kv.scheduling.rules.preemption_victim`) until the block is there, as
+        vLLM does (§4.5).  A request alone in a pool too small for its next block waits."""
+        notes = self._readmit()
+        ran = []
+        for seq in sorted(self.running):                # oldest first: victims come from behind
+            if seq not in self.running:                 # preempted earlier in this step
+                continue
             if self.model is not None and self.manager.num_tokens(seq) >= self.model.cfg.max_seq_len:
                 notes.append(f"request {seq} is at the model's max_seq_len; finish it")
                 continue
-            if not self.manager.can_append(seq):
-                notes.append(f"request {seq} waits: needs {self.manager.blocks_to_append(seq)} "
-                             f"block, {self.manager.num_free_blocks} free")
+            while not self.manager.can_append(seq):
+                victim = preemption_victim([r for r in self.running if r not in ran])
+                if victim == seq and len(self.running) == 1:
+                    notes.append(f"request {seq} waits: needs {self.manager.blocks_to_append(seq)} "
+                                 f"block, {self.manager.num_free_blocks} free, and nobody to preempt")
+                    break
+                notes.append(f"request {seq} needs a block, none free: " + self._preempt(victim))
+                if victim == seq:
+                    break
+            if seq not in self.running or not self.manager.can_append(seq):
                 continue
             token = self.pending[seq]
-            self.history.append(seq, self._label(token))   # a slot (copy-on-write stays queued)
+            labels = self._labels(self.tokens[seq] + [token])
+            n = len(self.tokens[seq])
+            kept = self.history.labels.setdefault(seq, [""] * n)
+            kept[max(0, n - 3):n] = labels[max(0, n - 3):n]  # a character completed now: label its lead byte
+            self.history.append(seq, labels[-1])             # a slot (copy-on-write stays queued)
             self.tokens[seq].append(token)
             ran.append(seq)
         if ran:
             self._forward(ran, [[self.tokens[s][-1]] for s in ran], "decode")
         return notes
 
+    def _preempt(self, seq: int) -> str:
+        """Preempt ``seq`` by recompute: free its blocks, queue it at the front; returns a note."""
+        self.history.preempt(seq, "the pool is full; the latest arrival goes first")
+        requeue_preempted(self.waiting, seq)
+        for state in (self.pending, self.logits):
+            state.pop(seq, None)
+        return f"request {seq} preempted (latest arrival), to be recomputed"
+
+    def _readmit(self) -> list[str]:
+        """Readmit the oldest waiting request if its tokens fit now (FCFS: only the head)."""
+        if not self.waiting:
+            return []
+        seq = self.waiting[0]
+        ids = self.tokens[seq]
+        if not self.manager.can_allocate(len(ids)):
+            return [f"request {seq} waits to be recomputed: needs "
+                    f"{-(-len(ids) // self.manager.block_size)} blocks, {self.manager.num_free_blocks} free"]
+        self.waiting.popleft()
+        self.history.allocate(seq, self._labels(ids))
+        self._forward([seq], [ids], "prefill")
+        return [f"request {seq} readmitted: its {len(ids)} tokens prefilled again (recompute)"]
+
+    @property
+    def requests(self) -> list[int]:
+        """Every request not finished: the running ones, then the waiting (preempted) ones."""
+        return self.running + list(self.waiting)
+
     def finish(self, seq: int) -> None:
-        """The request is done: its blocks go back to the free list."""
-        self._running(seq)
-        self.history.free(seq)
+        """The request is done: its blocks go back to the free list (a waiting request just leaves
+        the queue)."""
+        self._known(seq)
+        if seq in self.waiting:
+            self.waiting.remove(seq)
+        else:
+            self.history.free(seq)
         for state in (self.pending, self.tokens, self.logits, self._gens):
             state.pop(seq, None)
 
     def text(self, seq: int) -> str:
-        """Prompt and generated text of running request ``seq`` (its pending token included)."""
-        seq = self._running(seq)
-        toks = self.tokens[seq] + [self.pending[seq]]
-        return self.tokenizer.decode(toks) if self.tokenizer is not None else ""
+        """Prompt and generated text of request ``seq`` (its pending token included), decoded
+        incrementally: a character whose bytes have not all been generated is left out."""
+        seq = self._known(seq)
+        toks = self.tokens[seq] + ([self.pending[seq]] if seq in self.pending else [])
+        return self.tokenizer.decode(toks, final=False) if self.tokenizer is not None else ""
+
+    def _known(self, seq) -> int:
+        try:
+            known = not isinstance(seq, bool) and seq in self.tokens
+        except TypeError:           # unhashable, e.g. a list
+            known = False
+        if not known:
+            raise BlockError(f"request {seq!r} is not running or waiting (running: {self.running}, "
+                             f"waiting: {list(self.waiting)})")
+        return seq
 
     def _running(self, seq) -> int:
         try:
-            running = not isinstance(seq, bool) and seq in self.tokens
+            running = not isinstance(seq, bool) and seq in self.tokens and seq not in self.waiting
         except TypeError:           # unhashable, e.g. a list
             running = False
         if not running:

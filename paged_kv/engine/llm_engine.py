@@ -13,6 +13,12 @@
 It measures what engines report: time to first token (TTFT), time per output token (TPOT),
 throughput, KV-cache usage, preemptions and swapped blocks (:class:`EngineStats`).  Time is the
 wall clock with the tiny model, the modelled clock with :class:`~paged_kv.engine.runner.TimingRunner`.
+
+Automatic prefix caching (chapter 8, vLLM v1) is off by default (``enable_prefix_caching``), so the
+engine of chapter 7 is unchanged; on, a request whose leading full blocks are cached prefills only
+the rest, and :class:`EngineStats` counts the prompt tokens looked up and found.  What changes K/V
+besides the tokens is the request's *extra key*: its adapter (:meth:`LLMEngine.load_adapter`, a
+new id at each load) and its ``cache_salt``.
 """
 
 from __future__ import annotations
@@ -63,6 +69,8 @@ class EngineConfig:
     max_model_len: int | None = None
     reservation: str = "none"
     backend: str = "torch"
+    enable_prefix_caching: bool = False
+    prefix_caching_hash_algo: object = "sha256"
 
     def __post_init__(self) -> None:
         if (self.num_gpu_blocks is None) == (self.gpu_memory_bytes is None):
@@ -95,7 +103,8 @@ class EngineConfig:
             max_num_seqs=self.max_num_seqs, max_num_batched_tokens=self.max_num_batched_tokens,
             enable_chunked_prefill=self.enable_chunked_prefill, watermark=self.watermark,
             preemption_mode=self.preemption_mode, max_model_len=self.max_model_len,
-            reservation=self.reservation)
+            reservation=self.reservation, enable_prefix_caching=self.enable_prefix_caching,
+            prefix_caching_hash_algo=self.prefix_caching_hash_algo)
 
 
 @dataclass
@@ -137,6 +146,12 @@ class RequestOutput:
         return None if self.tokenizer is None else [self.tokenizer.decode(t) for t in self.token_ids]
 
     @property
+    def cached_tokens(self) -> list[int]:
+        """Per admission of the request (the first, then after each recompute preemption), the
+        prompt tokens its prefix-cache hit saved (empty with caching off)."""
+        return list(self.request.cache_hits)
+
+    @property
     def ttft(self) -> float:
         """Time to first token (s): first token minus arrival."""
         return self.first_token - self.arrival
@@ -166,6 +181,9 @@ class EngineStats:
         usage"); running, waiting, swapped: per step, queue lengths (requests) after scheduling;
         admitted, finished, preempted_now: per step, requests admitted or resumed, finished,
         preempted in it; step_s: per step, its duration (s).
+        prefix_queries, prefix_hits: prompt tokens looked up in the prefix cache at admissions, and
+            found there (each admission once, re-admissions after a preemption included); the
+            found ones are prefill tokens saved.
     """
 
     steps: int = 0
@@ -184,6 +202,13 @@ class EngineStats:
     finished: list[int] = field(default_factory=list)
     preempted_now: list[int] = field(default_factory=list)
     step_s: list[float] = field(default_factory=list)
+    prefix_queries: int = 0
+    prefix_hits: int = 0
+
+    @property
+    def prefix_hit_rate(self) -> float:
+        """Prompt tokens found in the prefix cache / looked up (``nan`` before any lookup)."""
+        return self.prefix_hits / self.prefix_queries if self.prefix_queries else math.nan
 
     @property
     def throughput(self) -> float:
@@ -207,6 +232,10 @@ class StepRecord:
         waiting, running, swapped: per queue, ``(request, generated tokens, max_tokens, computed
             prompt tokens, prompt tokens)`` in queue order.
         text: what happened, in words.
+        cached: per GPU block, whether it holds a prefix-cache entry (a cached block in use, or a
+            cached-free one when the pool shows it free); empty with caching off.
+        hits: blocks handed out as prefix-cache hits in this step; evicted: blocks whose entry
+            was evicted in this step, in LRU order.
     """
 
     step: int
@@ -217,6 +246,9 @@ class StepRecord:
     running: tuple
     swapped: tuple
     text: str
+    cached: tuple = ()
+    hits: tuple = ()
+    evicted: tuple = ()
 
 
 class LLMEngine:
@@ -259,21 +291,48 @@ class LLMEngine:
         self._params: dict[Hashable, SamplingParams] = {}
         self._outputs: dict[Hashable, RequestOutput] = {}
         self._next_id = 0
+        self._adapters: dict[str, tuple[int, int]] = {}     # name -> (id, shift)
+        self._next_adapter = 1
+        self._evicted_seen = 0
         self.record = bool(record)
         self.records: list[StepRecord] = []
         if self.record:
             self.records.append(self._step_record("start: every block is free"))
 
     # --- requests -----------------------------------------------------------------------------
+    def load_adapter(self, name: str, shift: int) -> int:
+        """Load (or reload) an adapter under ``name``; returns its id, a new one at every load, so K/V
+        cached under an earlier load of the same name is never hit by the new one.  (vLLM v1 first put
+        each LoRA adapter's int id into the block hash, later its name, so that instances agree on
+        hashes; a same-name reload then reused stale K/V: vLLM issues #30931 and #42125.)
+
+        The adapter stands in for a LoRA adapter: it changes what the model computes for the same
+        token ids, here by feeding token ``(t + shift) mod V`` for token ``t`` (``V`` the vocabulary),
+        which changes every K/V.
+
+        Raises:
+            ConfigError: ``name`` not a non-empty str, ``shift`` not an int.
+        """
+        if not isinstance(name, str) or not name:
+            raise ConfigError(f"an adapter's name is a non-empty str, got {name!r}")
+        if type(shift) is not int:
+            raise ConfigError(f"an adapter's shift is an int (token ids), got {shift!r}")
+        self._adapters[name] = (self._next_adapter, shift)
+        self._next_adapter += 1
+        return self._adapters[name][0]
+
     def add_request(self, prompt, params: SamplingParams | None = None, request_id: Hashable | None = None,
-                    arrival: float | None = None) -> Hashable:
+                    arrival: float | None = None, adapter: str | None = None,
+                    cache_salt: str | None = None) -> Hashable:
         """Queue a request; returns its id.  ``prompt``: text (needs the tokenizer) or token ids.
         ``arrival``: its arrival time on the engine's clock (default: now; never later than now, since
-        it is queued now).
+        it is queued now).  ``adapter``: the name of a loaded adapter (:meth:`load_adapter`);
+        ``cache_salt``: a string that keeps its cached blocks apart from other requests' (vLLM's
+        ``cache_salt``, e.g. one per tenant).  Both form the request's extra cache key.
 
         Raises:
             ConfigError: ``params`` not a SamplingParams; ``arrival`` not a finite number <= the
-                clock; ``request_id`` not hashable.
+                clock; ``request_id`` not hashable; an adapter not loaded; a salt not a non-empty str.
             AdmissionError: it could never run on this engine's pool (the reason is in the message:
                 e.g. prompt + max_tokens - 1 stored tokens need more blocks than the pool has); or
                 its id is in use.  Nothing is queued and nothing is preempted.
@@ -291,7 +350,15 @@ class LLMEngine:
             request_id = self._next_id
         arrival = self.clock if arrival is None else real(
             f"arrival (s on the engine's clock, now {self.clock:g})", arrival, high=self.clock)
-        req = self.scheduler.add(request_id, ids, params.n, params.max_tokens, arrival)
+        if adapter is not None and adapter not in self._adapters:
+            raise ConfigError(f"adapter {adapter!r} is not loaded (loaded: {sorted(self._adapters)})")
+        if cache_salt is not None and (not isinstance(cache_salt, str) or not cache_salt):
+            raise ConfigError(f"cache_salt must be a non-empty str (as vLLM requires), got {cache_salt!r}")
+        uid, shift = self._adapters[adapter] if adapter is not None else (None, 0)
+        extra_key = None if uid is None and cache_salt is None else (uid, cache_salt)
+        req = self.scheduler.add(request_id, ids, params.n, params.max_tokens, arrival, extra_key)
+        if shift and isinstance(self.runner, ModelRunner):
+            self.runner.shifts[request_id] = shift
         self._params[request_id] = params
         self._outputs[request_id] = RequestOutput(request_id, prompt, req,
                                                   self.tokenizer if self.model is not None else None,
@@ -328,6 +395,7 @@ class LLMEngine:
         st.admitted.append(len(out.admitted))
         st.preempted_now.append(len(out.preempted))
         st.step_s.append(seconds)
+        st.prefix_queries, st.prefix_hits = sch.prefix_queries, sch.prefix_hits
 
     def _report(self, out, done) -> list[RequestOutput]:
         sch, st = self.scheduler, self.stats
@@ -335,7 +403,7 @@ class LLMEngine:
         st.preemptions, st.recomputes, st.swaps = sch.num_preemptions, sch.num_recomputes, sch.num_swaps
         st.swapped_blocks = sch.num_swapped_blocks
         if self.record:
-            self.records.append(self._step_record(_describe(out, done)))
+            self.records.append(self._step_record(_describe(out, done), out))
         result = []
         for rid in sorted({c.request_id for c in out.chunks if c.sample}, key=lambda r: sch.requests[r].order):
             req, o = sch.requests[rid], self._outputs[rid]
@@ -421,8 +489,15 @@ class LLMEngine:
                     return str(req.request_id) if s.index == 0 else f"{req.request_id}.{s.index}"
         return str(seq_id)
 
-    def _step_record(self, text: str) -> StepRecord:
+    def _step_record(self, text: str, out=None) -> StepRecord:
         sch = self.scheduler
+        cache = sch.manager.cache
+        cached, hits, evicted = (), (), ()
+        if cache is not None:
+            cached = tuple(b in cache for b in range(sch.config.num_gpu_blocks))
+            evicted = tuple(cache.evictions[self._evicted_seen:])
+            self._evicted_seen = len(cache.evictions)
+            hits = tuple(out.hit_blocks) if out is not None else ()
         names = {s.seq_id: (str(r.request_id) if s.index == 0 else f"{r.request_id}.{s.index}")
                  for r in sch.requests.values() for s in r.seqs}
         pool = rename_sequences(snapshot(sch.manager, self.stats.steps, Event("step", text=text)), names)
@@ -435,7 +510,7 @@ class LLMEngine:
             return tuple((str(r.request_id), max(s.num_generated for s in r.seqs), r.max_tokens,
                           min(r.leader.num_computed, r.prompt_len), r.prompt_len) for r in queue)
         return StepRecord(self.stats.steps, self.clock, pool, tuple(cpu), rows(sch.waiting), rows(sch.running),
-                          rows(sch.swapped), text)
+                          rows(sch.swapped), text, cached, hits, evicted)
 
     def _encode(self, prompt) -> list[int]:
         if isinstance(prompt, str):
@@ -466,6 +541,9 @@ def _describe(out, done) -> str:
     parts = []
     if out.admitted:
         parts.append("admitted " + ", ".join(map(str, out.admitted)))
+    hits = {r: k for r, k in out.cache_hits.items() if k}
+    if hits:
+        parts.append("prefix-cache hit " + ", ".join(f"{r}: {k} tokens" for r, k in hits.items()))
     if out.recomputed:
         parts.append("preempted " + ", ".join(map(str, out.recomputed)) + " (recompute)")
     if out.swapped:

@@ -13,7 +13,9 @@ the tokens sampled, so the same :class:`~paged_kv.engine.LLMEngine` loop serves 
    :func:`kernels.paged_prefill.paged_prefill_attention`), its decode tokens as another
    (:func:`kernels.paged_attention.paged_decode_attention`).  Real engines fuse the two into one
    pass (vLLM v1 runs one attention kernel over the mixed batch); two passes keep each kernel
-   the one its chapter taught, and give the same tokens;
+   the one its chapter taught, and give the same tokens.  With prefix caching a prompt's chunks
+   start after its cached blocks, so only the uncached suffix runs, attending to the cached
+   blocks as context (a one-token suffix, like any last token, goes the decode way);
 3. **sample** from each finished chunk's last logits, with the request's penalties and its
    sequence's own generator (seed + sample index), so a request's tokens do not depend on who
    else is in the batch.
@@ -54,6 +56,7 @@ class ModelRunner:
         self.cache = PagedKVCache(model.cfg, num_gpu_blocks, block_size, dtype=model.dtype,
                                   device=model.device, num_cpu_blocks=num_cpu_blocks)
         self._gens: dict[tuple, torch.Generator] = {}
+        self.shifts: dict[object, int] = {}    # request id -> its adapter's token shift (see LLMEngine.load_adapter)
         self.last_logits: dict[int, torch.Tensor] = {}   # per sequence sampled in the last step: [V]
 
     def execute(self, scheduler: Scheduler, out: SchedulerOutput,
@@ -74,8 +77,11 @@ class ModelRunner:
                 continue
             reqs = [scheduler.requests[c.request_id] for c in chunks]
             seqs = [next(s for s in r.seqs if s.seq_id == c.seq_id) for r, c in zip(reqs, chunks)]
+            vocab = self.model.cfg.vocab_size
             batch = prepare_paged_batch(manager, [c.seq_id for c in chunks],
-                                        [s.tokens[c.start:c.start + c.length] for s, c in zip(seqs, chunks)],
+                                        [[(t + self.shifts.get(r.request_id, 0)) % vocab
+                                          for t in s.tokens[c.start:c.start + c.length]]
+                                         for r, s, c in zip(reqs, seqs, chunks)],
                                         phase, device=self.model.device, starts=[c.start for c in chunks])
             logits = run_paged_batch(self.model, self.cache, batch, self.backend)      # (B, V)
             for b, (c, r, s) in enumerate(zip(chunks, reqs, seqs)):
@@ -106,6 +112,7 @@ class ModelRunner:
         """Drop a finished request's generators."""
         for key in [k for k in self._gens if k[0] == request_id]:
             del self._gens[key]
+        self.shifts.pop(request_id, None)
 
 
 class TimingRunner:

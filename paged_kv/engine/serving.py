@@ -10,6 +10,10 @@ step costs what :class:`paged_kv.sim.IterationTime` charges for the tokens it re
 :func:`rate_sweep` repeats that over request rates for several engine configurations: the shape of
 the vLLM paper's Figure 12 (normalized latency against request rate, §6.2).
 
+:func:`shared_prefix_workload` makes requests whose prompts start with one shared few-shot prefix
+(the paper's §6.4 translation workload, in shape), for prefix caching (chapter 8); its prompts are
+token ids, which :func:`serve_trace` then sends instead of lengths alone.
+
 Legend: N requests.
 """
 
@@ -26,10 +30,21 @@ from ..sim import ServingSetup, Trace
 from ..validate import count, real
 from .llm_engine import EngineConfig, EngineStats, LLMEngine
 
-__all__ = ["ServeResult", "SwapTime", "engine_config_for", "rate_sweep", "serve_static", "serve_trace"]
+__all__ = ["PAPER_SHARED_PREFIX", "ServeResult", "SharedPrefixWorkload", "SwapTime", "engine_config_for",
+           "rate_sweep", "serve_static", "serve_trace", "shared_prefix_workload"]
 
 PCIE4_X16_BYTES_PER_S = 25e9     # an assumption: PCIe 4.0 x16 is 32 GB/s per direction, ~25 GB/s achieved
 COPY_CALL_S = 10e-6              # an assumption: fixed cost of one small cudaMemcpyAsync (launch + DMA set-up)
+
+# The vLLM paper's shared-prefix result (Kwon et al., SOSP 2023, §6.4, Fig. 16): LLaMA-13B serving
+# WMT16 English-to-German translation whose prompts share a few-shot prefix; vLLM's throughput
+# over Orca (Oracle).  Cited facts, typed in; not results of this package.
+PAPER_SHARED_PREFIX = {
+    "source": "Kwon et al., SOSP 2023 (arXiv:2309.06180), §6.4, Fig. 16",
+    "model": "LLaMA-13B", "baseline": "Orca (Oracle)", "workload": "WMT16 En-De translation",
+    "one-shot": {"prefix_tokens": 80, "speedup": 1.67},
+    "five-shot": {"prefix_tokens": 341, "speedup": 3.58},
+}
 
 
 @dataclass(frozen=True)
@@ -120,7 +135,7 @@ def engine_config_for(setup: ServingSetup, reservation: str = "none", block_size
 
 
 def serve_trace(trace: Trace, config: EngineConfig, iteration_time, n: int = 1,
-                use_tqdm: bool = False, swap_time=None) -> ServeResult:
+                use_tqdm: bool = False, swap_time=None, prompts=None) -> ServeResult:
     """Serve ``trace`` on a timing-model engine: request ``i`` arrives at ``trace.arrival_s[i]``
     with a ``prompt_len[i]``-token prompt and generates ``output_len[i]`` tokens per sample.
 
@@ -129,19 +144,27 @@ def serve_trace(trace: Trace, config: EngineConfig, iteration_time, n: int = 1,
         n: samples per request (parallel sampling: they share the prompt's blocks).
         use_tqdm: a progress bar over finished requests.
         swap_time: seconds per swap, see :class:`SwapTime` (``None``: swaps are free).
+        prompts: the prompts' token ids, one list per request of ``prompt_len[i]`` tokens (what
+            prefix caching looks at); ``None``: every token is 0 (only lengths matter then, and
+            with prefix caching on every prompt would hit every other: do not mix the two).
 
     Raises:
-        ConfigError: a bad trace or ``n``.  AdmissionError: a request the pool can never hold.
+        ConfigError: a bad trace or ``n``, or ``prompts`` that do not match the trace's lengths.
+        AdmissionError: a request the pool can never hold.
     """
     if not isinstance(trace, Trace):
         raise ConfigError(f"trace must be a paged_kv.sim.Trace, got {type(trace).__name__}")
     n = count("n (samples per request)", n)
+    if prompts is not None and (len(prompts) != len(trace) or
+                                [len(p) for p in prompts] != trace.prompt_len.tolist()):
+        raise ConfigError(f"prompts must be {len(trace)} token lists of the trace's prompt lengths")
     engine = LLMEngine(None, config, iteration_time=iteration_time, swap_time=swap_time)
-    arrivals, prompts, outputs = trace.arrival_s.tolist(), trace.prompt_len.tolist(), trace.output_len.tolist()
+    arrivals, outputs = trace.arrival_s.tolist(), trace.output_len.tolist()
+    prompts = [[0] * p for p in trace.prompt_len.tolist()] if prompts is None else [list(p) for p in prompts]
     params = [SamplingParams(max_tokens=o, n=n, temperature=1.0 if n > 1 else 0.0, seed=0 if n > 1 else None)
               for o in outputs]
     for p, sp in zip(prompts, params):               # refuse the whole trace before serving any
-        engine.check_admissible([0] * p, sp)
+        engine.check_admissible(p, sp)
     bar = None
     if use_tqdm:
         from tqdm.auto import tqdm
@@ -149,7 +172,7 @@ def serve_trace(trace: Trace, config: EngineConfig, iteration_time, n: int = 1,
     nxt, done = 0, 0
     while done < len(trace):
         while nxt < len(trace) and arrivals[nxt] <= engine.clock:
-            engine.add_request([0] * prompts[nxt], params[nxt], request_id=nxt, arrival=arrivals[nxt])
+            engine.add_request(prompts[nxt], params[nxt], request_id=nxt, arrival=arrivals[nxt])
             nxt += 1
         if not engine.has_unfinished_requests():
             engine.clock = arrivals[nxt]             # idle until the next arrival
@@ -231,3 +254,68 @@ def serve_static(trace: Trace, batch_size: int, iteration_time) -> ServeResult:
     stats.clock_s = clock
     stats.generated = int(sum(O))
     return ServeResult(trace, 1, np.array(first), np.array(finish), stats)
+
+
+@dataclass(frozen=True)
+class SharedPrefixWorkload:
+    """Requests whose prompts are one shared prefix followed by a request's own text.
+
+    Attributes:
+        trace: arrivals and lengths (prompt = prefix + own tokens).
+        prompts: each request's token ids (the prefix is tokens ``1 .. prefix_len``; own tokens are
+            drawn from ids above it, so no two requests share more than the prefix by accident).
+        prefix_len: tokens of the shared prefix.
+    """
+
+    trace: Trace
+    prompts: list
+    prefix_len: int
+
+    @property
+    def prompt_tokens(self) -> int:
+        return int(self.trace.prompt_len.sum())
+
+
+def shared_prefix_workload(num_requests: int, prefix_len: int, rate_per_s: float | None = None,
+                           own_mean: float = 30.0, output_mean: float = 30.0, sigma: float = 0.5,
+                           num_prefixes: int = 1, warm: bool = False, seed: int = 0) -> SharedPrefixWorkload:
+    """A translation-like workload in the shape of the paper's §6.4: every prompt is a shared
+    few-shot prefix (``prefix_len`` tokens; 0 for none) then the request's own sentence.
+
+    ``num_prefixes``: how many different prefixes (say, one per task or per system prompt); each
+    request picks one uniformly at random.  ``warm``: request 0 arrives alone, a microsecond before
+    the others, so its prefix is computed and cached before they come (as if the provider had
+    stored the prefix's K/V ahead, the paper's §4.4).
+
+    The own and output lengths are log-normal with means ``own_mean`` and ``output_mean`` tokens
+    (spread ``sigma``), at least 1 token: an assumption standing in for WMT16 En-De sentence
+    lengths, which the paper does not print.  Arrivals are Poisson at ``rate_per_s``, or all at
+    time 0 with ``None`` (an offline batch, which measures throughput at saturation).
+
+    Raises:
+        ConfigError: a count that is not an int in range, a rate or mean that is not > 0.
+    """
+    num_requests = count("num_requests", num_requests)
+    prefix_len = count("prefix_len (tokens)", prefix_len, 0)
+    own_mean, output_mean = (real(k, v, 0.0, low_open=True) for k, v in (("own_mean", own_mean),
+                                                                         ("output_mean", output_mean)))
+    sigma = real("sigma", sigma, 0.0)
+    rng = np.random.default_rng(count("seed", seed, 0))
+
+    def lognormal(mean):
+        return np.maximum(1, np.rint(rng.lognormal(np.log(mean) - sigma ** 2 / 2, sigma, num_requests))).astype(np.int64)
+    own, out = lognormal(own_mean), lognormal(output_mean)
+    num_prefixes = count("num_prefixes", num_prefixes)
+    if rate_per_s is None:
+        arrivals = np.zeros(num_requests)
+    else:
+        rate_per_s = real("rate_per_s", rate_per_s, 0.0, low_open=True)
+        arrivals = np.cumsum(rng.exponential(1.0 / rate_per_s, num_requests))
+    if warm:
+        arrivals[1:] = np.maximum(arrivals[1:], arrivals[0] + 1e-6)
+    first = num_prefixes * prefix_len + 1                     # own tokens start above every prefix
+    which = rng.integers(0, num_prefixes, num_requests)
+    prompts = [list(range(1 + p * prefix_len, 1 + (p + 1) * prefix_len)) +
+               rng.integers(first, first + 30000, int(k)).tolist() for p, k in zip(which.tolist(), own)]
+    trace = Trace(arrivals, own + prefix_len, out, f"shared prefix {prefix_len}")
+    return SharedPrefixWorkload(trace, prompts, prefix_len)

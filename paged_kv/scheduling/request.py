@@ -76,6 +76,10 @@ class Request:
             and again after a preemption by recompute).
         status: waiting, running, swapped or finished.
         preemptions: times it was preempted.
+        extra_key: what besides its tokens changes its K/V (an adapter's id, a cache salt); part of
+            every block hash (prefix caching).  Sampling settings are not: they leave K/V alone.
+        cache_hits: per admission (the first, then each after a recompute preemption), the prompt
+            tokens found in the prefix cache.
     """
 
     request_id: Hashable
@@ -88,6 +92,8 @@ class Request:
     status: str = WAITING
     preemptions: int = 0
     forked: bool = False
+    extra_key: Hashable = None
+    cache_hits: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if not self.prompt:

@@ -36,6 +36,16 @@ token ranges to run, where their K/V goes, and which block copies and swaps to d
 engine (:mod:`paged_kv.engine`) runs the model, samples, and reports back with
 :meth:`Scheduler.update`.
 
+**Prefix caching** (``enable_prefix_caching``, chapter 8; vLLM v1): when a request is admitted or
+re-admitted (after a recompute preemption), the scheduler first looks up the longest run of its
+full blocks already in the cache (:meth:`~paged_kv.blocks.BlockSpaceManager.cache_hit`); the hit
+blocks join its table, ``num_computed`` starts past them, and only the rest is prefilled and
+charged to the token budget.  The lookup is made again at every admission attempt (the cache
+changes while a request waits), but the hit counters (:attr:`Scheduler.prefix_queries`,
+:attr:`Scheduler.prefix_hits`) move only when an admission succeeds, so a failed attempt counts
+nothing.  After each step, blocks that filled are registered
+(:meth:`~paged_kv.blocks.BlockSpaceManager.cache_full_blocks`).
+
 Legend: BS block size (tokens per block), P prompt tokens.
 """
 
@@ -43,7 +53,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Hashable, NamedTuple
+from typing import Callable, Hashable, NamedTuple
 
 from ..blocks import BlockSpaceManager
 from ..blocks.block_table import blocks_needed
@@ -82,10 +92,15 @@ class SchedulerConfig:
             the request's exact ``P + max_tokens - 1`` tokens, ``"max"`` reserves ``max_model_len``.
             Modelled in whole blocks, so it is *kinder* than real contiguous allocation (no external
             fragmentation); ``n = 1`` only.
+        enable_prefix_caching: automatic prefix caching (vLLM's ``enable_prefix_caching``; off by
+            default here, on by default in vLLM v1): full blocks are found again by their prefix.
+        prefix_caching_hash_algo: the block hash, ``"sha256"`` (vLLM's name for the option) or a
+            function ``(parent, token_ids, extra_key) -> hashable`` (tests inject collisions).
 
     Raises:
         ConfigError: a count that is not an int in range, an unknown mode, swap without a CPU pool,
-            ``"max"`` without ``max_model_len``.
+            ``"max"`` without ``max_model_len``; prefix caching with swap or a reservation (vLLM v1,
+            which caches prefixes, preempts by recompute only and reserves nothing).
     """
 
     num_gpu_blocks: int
@@ -98,6 +113,8 @@ class SchedulerConfig:
     preemption_mode: str = "recompute"
     max_model_len: int | None = None
     reservation: str = "none"
+    enable_prefix_caching: bool = False
+    prefix_caching_hash_algo: str | Callable = "sha256"
 
     def __post_init__(self) -> None:
         fix = lambda name, value: object.__setattr__(self, name, value)  # frozen dataclass
@@ -119,6 +136,12 @@ class SchedulerConfig:
             raise ConfigError(f"reservation must be one of {RESERVATIONS}, got {self.reservation!r}")
         if self.reservation == "max" and self.max_model_len is None:
             raise ConfigError("reservation='max' reserves max_model_len tokens: set max_model_len")
+        if not isinstance(self.enable_prefix_caching, bool):
+            raise ConfigError(f"enable_prefix_caching must be True or False, got {self.enable_prefix_caching!r}")
+        if self.enable_prefix_caching and (self.preemption_mode == "swap" or self.reservation != "none"):
+            raise ConfigError(f"prefix caching works with preemption_mode='recompute' and reservation='none' "
+                              f"only (got {self.preemption_mode!r}, {self.reservation!r}): a swapped or "
+                              f"reserved request would hold cached blocks other requests share")
 
     @property
     def watermark_blocks(self) -> int:
@@ -165,7 +188,9 @@ class SchedulerOutput:
 
     Also: ``preempted`` (request ids, with ``recomputed`` and ``swapped`` split), ``admitted``
     (request ids that started or resumed), ``prefill_tokens`` and ``decode_tokens`` (the budget
-    used), ``kv_tokens`` (tokens in the cache that the step's attention reads, for the timing model).
+    used), ``kv_tokens`` (tokens in the cache that the step's attention reads, for the timing model),
+    ``cache_hits`` (per request admitted in this step, the prompt tokens its prefix-cache hit saved)
+    and ``hit_blocks`` (the blocks those hits handed out).
     """
 
     chunks: list[Chunk] = field(default_factory=list)
@@ -179,6 +204,8 @@ class SchedulerOutput:
     prefill_tokens: int = 0
     decode_tokens: int = 0
     kv_tokens: int = 0
+    cache_hits: dict = field(default_factory=dict)
+    hit_blocks: list = field(default_factory=list)
 
     @property
     def num_tokens(self) -> int:
@@ -209,6 +236,10 @@ class Scheduler:
         manager: the :class:`~paged_kv.blocks.BlockSpaceManager` (GPU pool and CPU pool).
         finished: requests done, in finishing order.
         num_preemptions, num_swapped_blocks: counters (blocks moved out, each shared block once).
+        prefix_queries, prefix_hits: tokens looked up in the prefix cache at successful admissions,
+            and tokens found (vLLM's prefix-cache queries and hits); their ratio is the hit rate.
+            Re-admissions after a preemption count here too; vLLM's ``PrefixCacheStats`` counts them
+            apart (``preempted_queries``, ``preempted_hits``).
     """
 
     def __init__(self, config: SchedulerConfig) -> None:
@@ -216,7 +247,11 @@ class Scheduler:
             raise ConfigError(f"config must be a SchedulerConfig, got {config!r}")
         self.config = config
         self.manager = BlockSpaceManager(config.num_gpu_blocks, config.block_size,
-                                         num_cpu_blocks=config.num_cpu_blocks)
+                                         num_cpu_blocks=config.num_cpu_blocks,
+                                         enable_prefix_caching=config.enable_prefix_caching,
+                                         hash_fn=config.prefix_caching_hash_algo)
+        self.prefix_queries = self.prefix_hits = 0
+        self._hashes: dict[int, list] = {}     # per sequence: its full blocks' chained hashes
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self.swapped: list[Request] = []
@@ -228,8 +263,9 @@ class Scheduler:
 
     # --- submitting ---------------------------------------------------------------------------
     def add(self, request_id: Hashable, prompt: list[int], n: int = 1, max_tokens: int = 16,
-            arrival: float = 0.0) -> Request:
-        """Queue a request (FCFS); returns it.
+            arrival: float = 0.0, extra_key: Hashable = None) -> Request:
+        """Queue a request (FCFS); returns it.  ``extra_key``: what besides the tokens changes its
+        K/V (an adapter, a cache salt); it enters every block hash of the request.
 
         Raises:
             AdmissionError: it could never run here (:meth:`admission` says ``"never"``, with why),
@@ -242,7 +278,7 @@ class Scheduler:
             raise ConfigError(f"request_id must be hashable (a str or an int, say), got {request_id!r}") from None
         if request_id in self.requests and self.requests[request_id].status != FINISHED:
             raise AdmissionError(f"request id {request_id!r} is already in use")
-        req = Request(request_id, list(prompt), n, max_tokens, arrival, self._next_order)
+        req = Request(request_id, list(prompt), n, max_tokens, arrival, self._next_order, extra_key=extra_key)
         verdict = self.admission(req)
         if verdict.verdict == "never":
             raise AdmissionError(f"request {request_id!r} can never run: {verdict.reason}")
@@ -300,11 +336,17 @@ class Scheduler:
         need = self._admission_blocks(request)
         free = self.manager.num_free_blocks
         if free - need < c.watermark_blocks:
+            hit = self._cache_hit(request)
+            if hit:
+                revived = sum(1 for b in hit if self.manager.allocator.ref_count(b) == 0)
+                return Admission("later", f"it hits {len(hit)} cached blocks ({revived} of them cached-free) and "
+                                          f"needs {need - revived} new blocks; {free - revived} other blocks are "
+                                          f"free and {c.watermark_blocks} stay free (watermark)")
             return Admission("later", f"it needs {need} blocks now; {free} are free and "
                                       f"{c.watermark_blocks} stay free (watermark)")
         if budget_left is not None:
-            first = min(self._prefill_target(request), budget_left) if c.enable_chunked_prefill \
-                else self._prefill_target(request)
+            todo = self._prefill_target(request) - self._cached_tokens(request)
+            first = min(todo, budget_left) if c.enable_chunked_prefill else todo
             if budget_left < 1 or first > budget_left:
                 return Admission("later", f"the step's token budget has {budget_left} tokens left")
         return Admission("now")
@@ -362,7 +404,7 @@ class Scheduler:
             if self.admission(req, preempted, budget).verdict != "now":
                 break
             self.waiting.popleft()
-            self._admit(req)
+            self._admit(req, out)
             self.running.append(req)
             out.admitted.append(req.request_id)
             plan = self._plan(req, budget)
@@ -393,6 +435,9 @@ class Scheduler:
             req = self.requests[c.request_id]
             seq = _find(req, c.seq_id)
             seq.num_computed = c.start + c.length
+            if self.config.enable_prefix_caching:          # rule 2: register blocks as they fill
+                self.manager.cache_full_blocks(seq.seq_id, seq.tokens, seq.num_computed, req.extra_key,
+                                               self._hashes.setdefault(seq.seq_id, []))
             touched[req.request_id] = req
             if c.sample:
                 toks = sampled[c.seq_id]
@@ -422,6 +467,8 @@ class Scheduler:
                 self.running.remove(req)
                 self.finished.append(req)
                 done.append(req)
+                for s in req.seqs:
+                    self._hashes.pop(s.seq_id, None)
         return done
 
     def choose_victim(self, candidates: list[Request]) -> Request:
@@ -496,12 +543,38 @@ class Scheduler:
     def _admission_blocks(self, req: Request) -> int:
         if self.config.reservation != "none":
             return blocks_needed(self._reserve_tokens(req), self.config.block_size)
+        if self.config.enable_prefix_caching:
+            return self.manager.blocks_to_allocate(self._prefill_target(req), self._cache_hit(req))
         return blocks_needed(self._prefill_target(req), self.config.block_size)
 
-    def _admit(self, req: Request) -> None:
+    def _cache_hit(self, req: Request) -> list[int]:
+        """The blocks the leader's prefill target hits in the prefix cache now (a fresh lookup)."""
+        leader = req.leader
+        if not self.config.enable_prefix_caching or leader is None:
+            return []
+        tokens = leader.tokens[:self._prefill_target(req)]
+        hashes = self.manager.cache.hashes(tokens, req.extra_key, self._hashes.setdefault(leader.seq_id, []))
+        return self.manager.cache_hit(tokens, req.extra_key, hashes)
+
+    def _cached_tokens(self, req: Request) -> int:
+        return len(self._cache_hit(req)) * self.config.block_size
+
+    def _admit(self, req: Request, out: SchedulerOutput | None = None) -> None:
+        """Give the leader its blocks; with prefix caching its table starts with the hit blocks and
+        it is computed up to them (the lookup comes before the tokens to run are planned)."""
         leader = req.leader
         tokens = self._reserve_tokens(req) if self.config.reservation != "none" else self._prefill_target(req)
-        self.manager.allocate(leader.seq_id, tokens)
+        hit = self._cache_hit(req)
+        self.manager.allocate(leader.seq_id, tokens, cached=hit)
+        if self.config.enable_prefix_caching:
+            saved = len(hit) * self.config.block_size
+            leader.num_computed = saved
+            self.prefix_queries += tokens
+            self.prefix_hits += saved
+            req.cache_hits.append(saved)
+            if out is not None:
+                out.cache_hits[req.request_id] = saved
+                out.hit_blocks.extend(hit)
         req.status = RUNNING
 
     def _block_holders(self, req: Request) -> list[int]:

@@ -4,6 +4,8 @@ recovers, over request traces shaped like the vLLM paper's.  Pure Python and num
 * :mod:`~paged_kv.sim.traces`: :class:`Trace`, Poisson arrivals, ShareGPT-/Alpaca-like lengths;
 * :mod:`~paged_kv.sim.policy`: :class:`MemoryPolicy`, the interface, and the paper's Fig. 2
   categories :data:`CATEGORIES`;
+* :mod:`~paged_kv.sim.buddy`: where a contiguous region goes: :class:`BuddyAllocator` (the paper's
+  Orca baseline) or :class:`HoleList` (first-/best-fit);
 * :mod:`~paged_kv.sim.policies`: Orca-Max/Pow2/Oracle (contiguous regions) and paged blocks;
 * :mod:`~paged_kv.sim.simulator`: :func:`simulate`, the iteration-level loop (its scheduling rules
   come from :mod:`paged_kv.scheduling`), :class:`IterationTime`;
@@ -14,7 +16,9 @@ recovers, over request traces shaped like the vLLM paper's.  Pure Python and num
   :class:`GroupContiguousPolicy` (Figure 14).
 """
 
-from .paper_setup import A100_40GB, PAPER_RESULTS, PAPER_SETUP, ServingSetup, comparison_rows, format_table
+from .buddy import PLACEMENTS, BuddyAllocator, HoleList, next_pow2
+from .paper_setup import (A100_40GB, FIG2_SEGMENTS, PAPER_RESULTS, PAPER_SETUP, ServingSetup, comparison_rows, fig2_rows,
+                          format_table)
 from .policies import POLICIES, ContiguousPolicy, OrcaMax, OrcaOracle, OrcaPow2, PagedPolicy, make_policy
 from .policy import CATEGORIES, MemoryPolicy
 from .result import STEP_FIELDS, Layout, SimResult
@@ -25,7 +29,8 @@ from .traces import (ALPACA_LIKE, LENGTH_MODELS, SHAREGPT_LIKE, LengthModel, Tra
                      poisson_arrivals, synthetic_trace, trace_from_rows)
 
 __all__ = [
-    "A100_40GB", "ALPACA_LIKE", "CATEGORIES", "ContiguousPolicy", "GroupContiguousPolicy", "SharedPagedPolicy",
+    "A100_40GB", "ALPACA_LIKE", "BuddyAllocator", "CATEGORIES", "FIG2_SEGMENTS", "HoleList", "PLACEMENTS",
+    "fig2_rows", "next_pow2", "ContiguousPolicy", "GroupContiguousPolicy", "SharedPagedPolicy",
     "PAPER_SHARING", "Sharing", "capacity", "group_blocks", "latency_sweep", "memory_saving", "normalized_latency", "IterationTime", "LENGTH_MODELS", "Layout",
     "LengthModel", "MemoryPolicy", "OrcaMax", "OrcaOracle", "OrcaPow2", "PAPER_RESULTS", "PAPER_SETUP",
     "POLICIES", "PagedPolicy", "SHAREGPT_LIKE", "STEP_FIELDS", "ServingSetup", "SimResult", "Trace",

@@ -2,7 +2,8 @@
 beside them.
 
 Follows Kwon et al., SOSP 2023 (arXiv:2309.06180): §6.1 and Fig. 13a (OPT-13B on one A100-40GB,
-12 GiB of KV cache, max length 2,048, ShareGPT at 2 req/s) and Fig. 2 (where KV memory goes).
+12 GiB of KV cache, max length 2,048, ShareGPT at 2 req/s), Fig. 13b (Alpaca at 30 req/s) and
+Fig. 2 (where KV memory goes, one bar per system: :func:`fig2_rows` compares them segment by segment).
 :class:`ServingSetup` ties a model preset (:mod:`paged_kv.memory`), a trace
 (:mod:`paged_kv.sim.traces`), a memory policy (:mod:`paged_kv.sim.policies`) and a roofline step time to
 :func:`paged_kv.sim.simulate`; :func:`comparison_rows` and :func:`format_table` print ours
@@ -24,20 +25,36 @@ from .result import SimResult
 from .simulator import IterationTime, simulate
 from .traces import Trace, length_model, synthetic_trace
 
-__all__ = ["A100_40GB", "PAPER_RESULTS", "PAPER_SETUP", "ServingSetup", "comparison_rows", "format_table"]
+__all__ = ["A100_40GB", "FIG2_SEGMENTS", "PAPER_RESULTS", "fig2_rows", "PAPER_SETUP", "ServingSetup", "comparison_rows", "format_table"]
 
 # NVIDIA A100 40GB SXM4 datasheet: HBM2 bandwidth 1,555 GB/s; fp16 Tensor Core 312 TFLOPS (dense).
 A100_40GB = {"hbm_bytes_per_s": 1.555e12, "fp16_flops_per_s": 312e12,
              "source": "NVIDIA A100 Tensor Core GPU datasheet (40GB SXM4)"}
 
 # The numbers the paper prints, to show beside ours.  Cited facts, not results of this package.
+# Fig. 2 ("Average percentage of memory wastes in different LLM serving systems during the
+# experiment in §6.2"): one bar per system, as shares of the KV memory, in the paper's segments
+# token states / reservation / internal fragmentation / external fragmentation & others, which
+# are our ``token_states`` / ``reserved`` / ``internal`` / ``external``.  The paper's vLLM bar
+# prints only its token-state share; the 3.7% rest is not broken down (``rest``).
+FIG2_SEGMENTS = ("token_states", "reserved", "internal", "external")
 PAPER_RESULTS = {
     "citation": ("W. Kwon et al., \"Efficient Memory Management for Large Language Model Serving "
                  "with PagedAttention\", SOSP 2023 (arXiv:2309.06180)"),
-    # Fig. 2: share of KV-cache memory holding token states, averaged over the §6.2 experiment.
+    "fig2": {
+        "max": {"token_states": 0.204, "reserved": 0.133, "internal": 0.573, "external": 0.089},
+        "pow2": {"token_states": 0.268, "reserved": 0.179, "internal": 0.136, "external": 0.416},
+        "oracle": {"token_states": 0.382, "reserved": 0.252, "internal": 0.0, "external": 0.366},
+        "paged": {"token_states": 0.963, "rest": 0.037},
+    },
+    "fig2_run": ("averaged over the §6.2 experiment (basic sampling: OPT-13B/66B/175B, ShareGPT and "
+                 "Alpaca, a range of request rates; the caption names no single run)"),
+    # Fig. 2's token-state shares, as the paper's text quotes them (§1: "20.4%-38.2%").
     "token_state_share": {"existing systems (range)": (0.204, 0.382), "vLLM": 0.963},
     # Fig. 13a: average number of batched requests, OPT-13B, ShareGPT trace at 2 req/s.
     "mean_batch": {"max": 7.00, "pow2": 9.81, "oracle": 13.62, "paged": 30.42},
+    # Fig. 13b: the same, Alpaca trace at 30 req/s.
+    "mean_batch_alpaca": {"max": 7.00, "pow2": 43.24, "oracle": 72.75, "paged": 132.44},
 }
 
 
@@ -128,12 +145,11 @@ def comparison_rows(results: dict[str, SimResult]) -> list[dict]:
     """Our figures beside :data:`PAPER_RESULTS`: one row per policy short name in ``results``.
 
     Columns: mean batch (ours, paper's Fig. 13a) and token-state share of used memory (ours,
-    paper's Fig. 2; the paper gives one range for the three Orca variants).
+    the paper's Fig. 2 bar for that system).
     """
     rows = []
     for key, res in results.items():
-        paper_share = (PAPER_RESULTS["token_state_share"]["vLLM"] if key == "paged"
-                       else PAPER_RESULTS["token_state_share"]["existing systems (range)"])
+        paper_share = PAPER_RESULTS["fig2"].get(key, {}).get("token_states", math.nan)
         rows.append({"policy": res.policy, "batch (ours)": res.mean_batch(),
                      "batch (paper)": PAPER_RESULTS["mean_batch"].get(key, math.nan),
                      "token share (ours)": res.used_shares()["token_states"],
@@ -141,9 +157,37 @@ def comparison_rows(results: dict[str, SimResult]) -> list[dict]:
     return rows
 
 
+def fig2_rows(results: dict[str, SimResult]) -> list[dict]:
+    """The paper's Fig. 2 bar by bar: one row per policy short name in ``results``, each segment's
+    share of the KV memory in use, ours (``SimResult.used_shares``) beside the paper's.
+
+    Columns ``"<segment> share (ours)"`` and ``"<segment> share (paper)"`` for each of
+    :data:`FIG2_SEGMENTS`; the paper's vLLM bar has only token states, so its other three are NaN
+    and ``"rest share (paper)"`` holds its 3.7% (ours: the sum of our three waste segments).
+
+    Raises:
+        ConfigError: a key that is not one of the paper's four systems.
+    """
+    rows = []
+    for key, res in results.items():
+        if key not in PAPER_RESULTS["fig2"]:
+            raise ConfigError(f"no Fig. 2 bar for {key!r}; known: {sorted(PAPER_RESULTS['fig2'])}")
+        ours, paper = res.used_shares(), PAPER_RESULTS["fig2"][key]
+        row = {"policy": res.policy}
+        for seg in FIG2_SEGMENTS:
+            row[f"{seg} share (ours)"] = ours[seg]
+            row[f"{seg} share (paper)"] = paper.get(seg, math.nan)
+        row["rest share (ours)"] = 1.0 - ours["token_states"]
+        row["rest share (paper)"] = 1.0 - paper["token_states"]
+        rows.append(row)
+    return rows
+
+
 def _fmt(v, percent: bool) -> str:
     if isinstance(v, tuple):
         return "–".join(_fmt(x, percent) for x in v)
+    if isinstance(v, float) and math.isnan(v):
+        return "–"
     if isinstance(v, float):
         return f"{100 * v:.1f}%" if percent else f"{v:.2f}"
     return str(v)

@@ -7,8 +7,9 @@ pool holds ``pool_slots`` of them.  Four policies share one interface, so the sc
 * :class:`OrcaMax`, :class:`OrcaPow2`, :class:`OrcaOracle`: one contiguous region per request,
   reserved at admission for the model's maximum length, for the prompt plus the next power of two
   of the true output length, or for exactly prompt + output (vLLM paper §6.1, the Orca baselines).
-  Regions are placed by a real placement rule (first-fit or best-fit over a free list of holes),
-  so external fragmentation happens as it would in a contiguous allocator.
+  Regions are placed by a real allocator (:mod:`paged_kv.sim.buddy`): by default the binary buddy
+  allocator the paper assumes for Orca (§6.1), or exact-size first-fit/best-fit over a free list of
+  holes (stronger than the paper's baseline), so external fragmentation happens as it would.
 * :class:`PagedPolicy`: fixed-size blocks of ``block_size`` slots allocated on demand, a new block
   only when the last one is full (vLLM paper §4.2), admission gated by vLLM's 1% watermark.
 
@@ -30,69 +31,70 @@ import numpy as np
 from ..defaults import BLOCK_SIZE, MAX_SEQ_LEN, WATERMARK
 from ..errors import BlockError, ConfigError, OutOfBlocksError
 from ..validate import count, real
+from .buddy import PLACEMENTS, BuddyAllocator, HoleList, next_pow2
 from .policy import MemoryPolicy
 
 __all__ = ["ContiguousPolicy", "OrcaMax", "OrcaPow2", "OrcaOracle", "PagedPolicy", "POLICIES", "make_policy"]
 
 
 class ContiguousPolicy(MemoryPolicy):
-    """One contiguous region per request, sized by :meth:`reservation`, placed in a hole.
-
-    The free list is a Python list of ``[start, size]`` holes sorted by address and coalesced on
-    every free.  A list beats a tree here: there are at most running requests + 1 holes (tens),
-    and it is touched only at admission and completion, never per token.
+    """One contiguous region per request, sized by :meth:`reservation`, placed by an allocator.
 
     Args:
-        placement: ``"first-fit"`` (lowest-address hole that fits; the default) or ``"best-fit"``
-            (smallest hole that fits, lowest address on ties).
+        placement: ``"buddy"`` (the default: a binary buddy allocator whose largest block is
+            ``max_seq_len`` rounded up to a power of two, as the paper assumes for Orca, §6.1),
+            ``"first-fit"`` (lowest-address hole that fits) or ``"best-fit"`` (smallest hole that
+            fits): both exact-size and so *stronger* than the paper's baseline.  See
+            :mod:`paged_kv.sim.buddy`.
+
+    With buddy placement a region of ``R`` slots occupies a block of ``next_pow2(R)``; the
+    ``block - R`` slots past the reservation hold no token and belong to no request's plan: they
+    count as *external fragmentation* (the paper's Fig. 2 puts them under "external fragmentation
+    & others", and shows Orca (Oracle) with no internal fragmentation).  Free blocks smaller than
+    the block the head of the queue needs count as external too.
+
+    Raises:
+        ConfigError: an unknown placement.
     """
 
-    def __init__(self, pool_slots: int, max_seq_len: int = MAX_SEQ_LEN, placement: str = "first-fit") -> None:
+    def __init__(self, pool_slots: int, max_seq_len: int = MAX_SEQ_LEN, placement: str = "buddy") -> None:
         super().__init__(pool_slots, max_seq_len)
-        if placement not in ("first-fit", "best-fit"):
-            raise ConfigError(f"placement must be 'first-fit' or 'best-fit', got {placement!r}")
+        if placement not in PLACEMENTS:
+            raise ConfigError(f"placement must be one of {PLACEMENTS}, got {placement!r}")
         self.placement = placement
-        self.holes: list[list[int]] = [[0, self.pool_slots]]
-        self.regions: dict[int, tuple[int, int]] = {}  # rid -> (start, size)
+        self.space = (BuddyAllocator(self.pool_slots, self.max_seq_len) if placement == "buddy"
+                      else HoleList(self.pool_slots, placement))
+        self.regions: dict[int, tuple[int, int]] = {}  # rid -> (start, reserved size)
+        self.blocks: dict[int, int] = {}  # rid -> slots its block occupies (>= reserved size)
+        self.slack = 0  # sum over regions of block - reserved size
         self._memo: tuple = (None, None)
+
+    @property
+    def holes(self) -> list[list[int]]:
+        """The hole list (first-/best-fit placement only)."""
+        return self.space.holes
 
     def reservation(self, prompt_len: int, output_len: int) -> int:
         raise NotImplementedError
 
     def fits(self, prompt_len, output_len):
         return (prompt_len + output_len <= self.max_seq_len
-                and self.reservation(prompt_len, output_len) <= self.pool_slots)
+                and self.space.block_for(self.reservation(prompt_len, output_len)) <= self.space.largest_block)
 
     def admission_need(self, prompt_len, output_len, rid=None):
         return self.reservation(prompt_len, output_len)
 
-    def _find(self, size: int) -> int:
-        """Index of the hole to use for ``size`` slots, or -1."""
-        best = -1
-        for i, (_, hole) in enumerate(self.holes):
-            if hole >= size:
-                if self.placement == "first-fit":
-                    return i
-                if best < 0 or hole < self.holes[best][1]:
-                    best = i
-        return best
-
     def can_admit(self, prompt_len, output_len, rid=None):
-        return self._find(self.reservation(prompt_len, output_len)) >= 0
+        return self.space.can_place(self.reservation(prompt_len, output_len))
 
     def admit(self, rid, prompt_len, output_len, step):
+        if rid in self.regions:
+            raise BlockError(f"request {rid} is already running")
         size = self.reservation(prompt_len, output_len)
-        i = self._find(size)
-        if i < 0:
-            raise OutOfBlocksError(size, max((h for _, h in self.holes), default=0),
-                                   f"request {rid} (largest hole, in slots)")
-        start = self.holes[i][0]
-        if self.holes[i][1] == size:
-            del self.holes[i]
-        else:
-            self.holes[i] = [start + size, self.holes[i][1] - size]
+        start, block = self.space.place(size)  # raises OutOfBlocksError before any change
         self._add(rid, prompt_len, output_len, step, size)
-        self.regions[rid] = (start, size)
+        self.regions[rid], self.blocks[rid] = (start, size), block
+        self.slack += block - size
         self._memo = (None, None)
 
     def free(self, rid):
@@ -100,33 +102,43 @@ class ContiguousPolicy(MemoryPolicy):
             raise BlockError(f"request {rid} is not running")
         start, size = self.regions.pop(rid)
         self._remove(rid, size)
-        i = 0
-        while i < len(self.holes) and self.holes[i][0] < start:
-            i += 1
-        self.holes.insert(i, [start, size])
-        if i + 1 < len(self.holes) and start + size == self.holes[i + 1][0]:  # merge right
-            self.holes[i][1] += self.holes.pop(i + 1)[1]
-        if i > 0 and self.holes[i - 1][0] + self.holes[i - 1][1] == start:  # merge left
-            self.holes[i - 1][1] += self.holes.pop(i)[1]
+        self.slack -= self.blocks.pop(rid) - size
+        self.space.release(start)
         self._memo = (None, None)
 
     def split_free(self, head_need):
         if self._memo[0] == head_need and self._memo[1] is not None:
             return self._memo[1]
-        total = sum(h for _, h in self.holes)
-        ext = 0 if head_need is None else sum(h for _, h in self.holes if h < head_need)
-        self._memo = (head_need, (ext, total - ext))
-        return ext, total - ext
+        runs = self.space.free_runs()
+        total = sum(n for _, n in runs)
+        need = None if head_need is None else self.space.block_for(head_need)
+        ext = 0 if need is None else sum(n for _, n in runs if n < need)
+        self._memo = (head_need, (self.slack + ext, total - ext))
+        return self._memo[1]
 
     def owned_slots(self):
         return {rid: np.arange(s, s + n, dtype=np.int64) for rid, (s, n) in self.regions.items()}
 
     def free_runs(self, head_need):
-        return [(s, n, head_need is not None and n < head_need) for s, n in self.holes]
+        need = None if head_need is None else self.space.block_for(head_need)
+        runs = [(s, n, need is not None and n < need) for s, n in self.space.free_runs()]
+        slack = [(s + n, self.blocks[rid] - n, True) for rid, (s, n) in self.regions.items()
+                 if self.blocks[rid] > n]
+        return sorted(runs + slack)
 
+    def check(self, head_need=None):
+        """As :meth:`MemoryPolicy.check`, plus the allocator's own invariants (``space.check()``)."""
+        super().check(head_need)
+        self.space.check()
 
-def _next_pow2(n: int) -> int:
-    return 1 << max(0, int(n) - 1).bit_length()
+    def borders(self):
+        """Where a region, a buddy block's unused tail, or a free block (a hole) starts."""
+        starts = {s for s, _ in self.space.free_runs()} | {0}
+        for rid, (s, n) in self.regions.items():
+            starts.add(s)
+            if self.blocks[rid] > n:
+                starts.add(s + n)
+        return np.array(sorted(starts), np.int64)
 
 
 class OrcaMax(ContiguousPolicy):
@@ -148,7 +160,7 @@ class OrcaPow2(ContiguousPolicy):
     name = "Orca (Pow2)"
 
     def reservation(self, prompt_len, output_len):
-        return min(self.max_seq_len, prompt_len + _next_pow2(output_len))
+        return min(self.max_seq_len, prompt_len + next_pow2(output_len))
 
 
 class OrcaOracle(ContiguousPolicy):
@@ -263,6 +275,10 @@ class PagedPolicy(MemoryPolicy):
         if self.leftover:
             runs.append((self.num_blocks * bs, self.leftover, True))
         return runs
+
+    def borders(self):
+        """Every block's first slot, and the unusable tail's."""
+        return np.arange(0, self.pool_slots, self.block_size, dtype=np.int64)
 
     def check(self, head_need=None):
         """As :meth:`MemoryPolicy.check`, plus: each request wastes at most ``BS - 1`` slots."""

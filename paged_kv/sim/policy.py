@@ -117,6 +117,12 @@ class MemoryPolicy:
         """Unowned slots as ``(start, size, is_external)`` runs."""
         raise NotImplementedError
 
+    def borders(self) -> np.ndarray:
+        """Sorted slot ids (int64) where an allocation unit starts; 0 always.  The default marks
+        every change of owner; the policies mark their blocks, regions and holes."""
+        owner, _ = self.layout(None)
+        return np.concatenate([[0], np.flatnonzero(owner[1:] != owner[:-1]) + 1]).astype(np.int64)
+
     def layout(self, head_need: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Slot-by-slot picture: ``owner [pool]`` int32 (rid, -1 unowned), ``category [pool]`` int8.
 

@@ -28,12 +28,15 @@ STEP_FIELDS = ("time_s", "dt_s", "running", "waiting", *CATEGORIES, "admitted", 
 @dataclass(frozen=True)
 class Layout:
     """The pool slot by slot at one step (``-1``: idle): ``owner [pool]`` int32 request id
-    (-1 none), ``category [pool]`` int8 index into :data:`paged_kv.sim.CATEGORIES`."""
+    (-1 none), ``category [pool]`` int8 index into :data:`paged_kv.sim.CATEGORIES`, and
+    ``borders``, the sorted slot ids where an allocation unit starts (a block, a region, a buddy
+    block's unused tail, a hole; :meth:`paged_kv.sim.MemoryPolicy.borders`), or ``None``."""
 
     step: int
     time_s: float
     owner: np.ndarray
     category: np.ndarray
+    borders: np.ndarray | None = None
 
 
 @dataclass

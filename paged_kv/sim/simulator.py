@@ -176,7 +176,7 @@ def simulate(trace: Trace, policy: MemoryPolicy, *, iteration_time: IterationTim
             nxt += 1
         if not running and not waiting:  # idle until the next arrival: the pool is empty
             while ti < len(times) and times[ti] < arr[nxt]:
-                recorded.append(Layout(-1, times[ti], *policy.layout(None)))
+                recorded.append(Layout(-1, times[ti], *policy.layout(None), policy.borders()))
                 ti += 1
             clock = arr[nxt]
             continue
@@ -224,7 +224,7 @@ def simulate(trace: Trace, policy: MemoryPolicy, *, iteration_time: IterationTim
             due += 1
         if due or (every and step % every == 0) or step in at:
             owner, cat = policy.layout(head)
-            recorded.extend([Layout(step, clock, owner, cat)] * max(due, 1))
+            recorded.extend([Layout(step, clock, owner, cat, policy.borders())] * max(due, 1))
         t_start = clock
         clock += dt
         finished = 0

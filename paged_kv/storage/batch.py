@@ -21,6 +21,11 @@ Order of operations for one step over a paged cache:
    (vLLM paper §4.1-4.3);
 5. **logits**: each sequence's last new token's logits, ``[B, V]``.
 
+With prefix caching (chapter 8) nothing here changes: a prompt whose first blocks were found in
+the cache is simply run from ``starts[b]`` = the cached tokens, as a prefill chunk whose context is
+those blocks, so only its uncached suffix goes through the model (the paged prefill kernel, or its
+torch reference), attending to the cached K/V through the block table.
+
 Legend: B sequences, T new tokens per sequence (right-padded), V vocab, NB blocks.
 """
 

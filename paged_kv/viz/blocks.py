@@ -2,10 +2,11 @@
 
 Left panel: the pool, one row of ``BS`` slots per physical block (as the vLLM paper's Figures
 6-7 draw it).  Colour = the sequence holding the block; a slot holding a token is drawn in the
-full colour, a reserved but empty slot in a pale tint of it (internal fragmentation made
-visible), a free block in grey.  Each block is labelled ``id ×ref count``; hovering a slot tells
-block id, slot, owner, logical index and the block's token range.  Right panel: each sequence's
-block table, logical block -> physical id.
+full colour, an allocated but still empty slot in a pale tint of it (it takes the sequence's
+next tokens; once the sequence has finished it is internal fragmentation), a free block in grey.  Each block is labelled ``id ×ref count``; hovering a slot tells
+block id, slot, owner, logical index and the block's token range.  Right panel: the block table
+of each sequence that exists in the snapshot shown (a finished one's row goes away), logical block
+-> physical id.
 
 Pure functions of :class:`~paged_kv.blocks.Snapshot` lists: :func:`blocks_figure` replays a
 whole history with plotly frames and a slider (works in the static book with no kernel);
@@ -32,10 +33,11 @@ PANEL_TITLES = ("<b>physical KV blocks</b><br>id ×ref count", "<b>block tables<
 # The traces block_traces makes, in order: found by these names, never by position.
 TRACE_NAMES = ("pool", "block labels", "block tables")
 
-MAX_ROWS = 16   # blocks per column of the pool grid before it wraps into another column
+MAX_ROWS = 24   # blocks per column of the pool grid before it wraps into another column: one column
+               # for the book's pools, so a two-digit id keeps room to its left even on a phone
 
 
-EMPTY_TINT = 0.72  # share of white in the pale tint of a reserved, empty slot
+EMPTY_TINT = 0.72  # share of white in the pale tint of an allocated, still empty slot
 
 
 def seq_order(snapshots: Sequence) -> list:
@@ -50,7 +52,7 @@ def seq_order(snapshots: Sequence) -> list:
 
 
 def _colorscale(num_seqs: int) -> tuple[list, int]:
-    """A discrete colorscale: z = 0 free; 1 + 2k filled slot of seq k; 2 + 2k reserved empty slot."""
+    """A discrete colorscale: z = 0 free; 1 + 2k filled slot of seq k; 2 + 2k allocated, empty slot."""
     colors = [FREE_COLOR]
     for k in range(num_seqs):
         colors += [COLORS[k % len(COLORS)], tint(COLORS[k % len(COLORS)], EMPTY_TINT)]
@@ -60,7 +62,8 @@ def _colorscale(num_seqs: int) -> tuple[list, int]:
 def _grid(num_blocks: int, block_size: int) -> tuple[int, int, int, int]:
     """(blocks per column, columns of blocks, cells per block column, label cells before a block)."""
     rows = min(num_blocks, MAX_ROWS)
-    label = 1 + block_size // 6          # room for "12 ×2" left of the block's slots
+    digits = len(str(max(num_blocks - 1, 0)))
+    label = max(1 + block_size // 6, 2 + digits)   # room for "12 ×2" left of the block's slots
     return rows, math.ceil(num_blocks / rows), block_size + label + 1, label
 
 
@@ -81,7 +84,8 @@ def _token_range(logical: int, filled: int, block_size: int) -> str:
 def block_traces(snap, order: Sequence, max_logical: int | None = None) -> list:
     """The three traces of one snapshot: pool heatmap, block labels, block-table heatmap.
 
-    ``order``: all sequence ids to give rows and colours to (see :func:`seq_order`);
+    ``order``: all sequence ids to give colours to (see :func:`seq_order`); the table has a row
+    for each of them that exists in ``snap``, in that order.
     ``max_logical``: table columns (default: the longest table in ``snap``).
     """
     bs, nb = snap.block_size, snap.num_blocks
@@ -108,7 +112,7 @@ def block_traces(snap, order: Sequence, max_logical: int | None = None) -> list:
             holders = ", ".join(f"{s} (logical {lg})" for s, lg in blk.holders)
             rng = _token_range(blk.logical, blk.filled, bs)
             tok = (f"token {blk.logical * bs + o}" + (f" {blk.labels[o]!r}" if o < len(blk.labels) else "")
-                   if o < blk.filled else "reserved, empty")
+                   if o < blk.filled else "allocated, still empty")
             hover[r][x0 + o] = (f"block {blk.block_id}, slot {slot} (offset {o})<br>owner: {holders}"
                                 f"<br>tokens {rng} of {blk.owner}, {blk.filled}/{bs} filled"
                                 f"<br>ref count {blk.ref_count}<br>{tok}")
@@ -120,49 +124,59 @@ def block_traces(snap, order: Sequence, max_logical: int | None = None) -> list:
     pool = go.Heatmap(z=z, text=text, customdata=hover, hovertemplate="%{customdata}<extra></extra>",
                       name="pool", **common)
     labels = go.Scatter(x=lx, y=ly, text=ltext, mode="text", textposition="middle left", name="block labels",
-                        hoverinfo="skip", showlegend=False, textfont=dict(size=11, color="#333"))
-    # block tables: row per sequence (in `order`), column per logical block
+                        hoverinfo="skip", showlegend=False, textfont=dict(size=11, color="#333"),
+                        cliponaxis=False)
+    # block tables: a row per sequence of this snapshot (in `order`), a column per logical block
+    present = [s for s in order if s in snap.tables]
     width_t = max_logical or max([len(t) for t in snap.tables.values()] + [1])
-    tz = [[None] * width_t for _ in order]
-    ttext = [[""] * width_t for _ in order]
-    thover = [[""] * width_t for _ in order]
-    for s, entries in snap.tables.items():
+    tz = [[None] * width_t for _ in present]
+    ttext = [[""] * width_t for _ in present]
+    thover = [[""] * width_t for _ in present]
+    for row, s in enumerate(present):
         k = index[s]
-        for logical, physical, filled in entries:
+        for logical, physical, filled in snap.tables[s]:
             if logical >= width_t:
                 continue
-            tz[k][logical] = 1 + 2 * k + (filled < bs)
-            ttext[k][logical] = str(physical)
-            thover[k][logical] = (f"{s}: logical {logical} → physical {physical}<br>"
-                                  f"tokens {_token_range(logical, filled, bs)}, {filled}/{bs} filled")
+            tz[row][logical] = 1 + 2 * k + (filled < bs)
+            ttext[row][logical] = str(physical)
+            thover[row][logical] = (f"request {s}: logical {logical} → physical {physical}<br>"
+                                    f"tokens {_token_range(logical, filled, bs)}, {filled}/{bs} filled")
     tables = go.Heatmap(z=tz or [[None]], text=ttext or [[""]], customdata=thover or [[""]],
                         hovertemplate="%{customdata}<extra></extra>", name="block tables",
-                        x=list(range(width_t)), y=[str(s) for s in order] or [""], **common)
+                        x=list(range(width_t)), y=[str(s) for s in present] or [""], **common)
     return [pool, labels, tables]
 
 
 def _caption(snap) -> str:
+    """Title lines of one snapshot: "step N: request X:" in the title's size, what happened and the
+    key in small type below (short lines, so a phone-wide figure does not cut them off)."""
     used, nb = snap.used_blocks, snap.num_blocks
     what = snap.event.text or "start: every block is free"
-    return (f"step {snap.step}: {what}<br><sup>{used}/{nb} blocks used, {snap.wasted_slots} reserved "
-            f"slots empty<br>full colour: a stored token, pale: reserved and empty, grey: free</sup>")
+    who, _, detail = what.partition(": ")
+    return (f"step {snap.step}: {who}:<br><sup>{detail}<br>{used}/{nb} blocks used, {snap.wasted_slots} "
+            f"allocated slots empty<br>full colour: a stored token, pale: allocated and empty, "
+            f"grey: free</sup>")
 
 
 def _frame_layout(fig, snapshots: Sequence, shown, title: str) -> tuple[list, int]:
     """Set the title and axes for showing ``shown`` out of ``snapshots``; returns (order, max_logical)."""
     order = seq_order(snapshots)
     max_logical = max([len(t) for s in snapshots for t in s.tables.values()] + [1])
+    most = max([len(s.tables) for s in snapshots] + [1])   # table rows ever shown at once
     rows, cols, width, _ = _grid(shown.num_blocks, shown.block_size)
     head = f"{title}<br>" if title else ""
     fig.update_layout(title=dict(text=head + _caption(shown), x=0.01, font=dict(size=14), yref="container",
                                  y=1, yanchor="top", pad=dict(t=12)))
     fig.update_xaxes(row=1, col=1, visible=False, range=[-0.5, cols * width - 1.5])
     fig.update_yaxes(row=1, col=1, visible=False, autorange="reversed")
-    fig.update_xaxes(row=1, col=2, title_text="logical block", dtick=1, range=[-0.5, max_logical - 0.5],
+    # a tick per logical block while they fit a phone-wide panel, else every 5th
+    fig.update_xaxes(row=1, col=2, title_text="logical block", dtick=1 if max_logical <= 10 else 5,
+                     tickangle=0, range=[-0.5, max_logical - 0.5],
                      showgrid=False, zeroline=False)
-    # one table row as tall as one pool row, so a table lines up with the blocks it points to
-    fig.update_yaxes(row=1, col=2, autorange="reversed", type="category", showgrid=False,
-                     domain=[1 - min(1.0, max(len(order), 1) / rows), 1])
+    # one table row as tall as one pool row, so a table lines up with the blocks it points to; the
+    # range is fixed, so rows keep their height as requests come and go
+    fig.update_yaxes(row=1, col=2, autorange=False, range=[most - 0.5, -0.5], type="category", showgrid=False,
+                     domain=[1 - min(1.0, most / rows), 1])
     return order, max_logical
 
 
@@ -190,7 +204,7 @@ def blocks_figure(snapshots: Sequence, title: str = "", active: int | None = Non
     order, max_logical = _frame_layout(fig, snapshots, shown, title)
     for i, trace in enumerate(block_traces(shown, order, max_logical)):
         fig.add_trace(trace, row=1, col=1 if i < 2 else 2)
-    fig.update_layout(height=height or max(360, 34 * rows + 210), margin=dict(l=20, r=20, t=125, b=60),
+    fig.update_layout(height=height or max(360, 28 * rows + 210), margin=dict(l=20, r=20, t=140, b=60),
                       plot_bgcolor="white", showlegend=False)
     if replay and len(snapshots) > 1:
         head = f"{title}<br>" if title else ""
@@ -220,7 +234,7 @@ def block_size_figure(sizes: Sequence[int], empty_share: Sequence[float], table_
 
     Args:
         sizes: block sizes (tokens), e.g. ``[1, 2, 4, ..., 256]``.
-        empty_share: per size, reserved-but-empty slots as a percentage of reserved slots
+        empty_share: per size, allocated-but-empty slots as a percentage of allocated slots
             (0 at block size 1, so its axis is linear).
         table_entries: per size, mean block-table entries per sequence (always >= 1, spanning
             orders of magnitude, so its axis is logarithmic).
@@ -228,7 +242,7 @@ def block_size_figure(sizes: Sequence[int], empty_share: Sequence[float], table_
     Two panels, not one axis, because a percentage and a count share no unit.
     """
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.12,
-                        subplot_titles=("<b>memory wasted</b>: empty slots, % of reserved",
+                        subplot_titles=("<b>memory wasted</b>: empty slots, % of allocated",
                                         "<b>table size</b>: block-table entries per sequence"))
     for note in fig.layout.annotations:
         note.update(x=0, xanchor="left", align="left", font=dict(size=12))
@@ -241,7 +255,7 @@ def block_size_figure(sizes: Sequence[int], empty_share: Sequence[float], table_
                   row=2, col=1)
     fig.update_xaxes(type="log", tickvals=list(sizes), ticktext=[str(x) for x in sizes])
     fig.update_xaxes(title_text="block size (tokens per block, log scale)", row=2, col=1)
-    fig.update_yaxes(title_text="% of reserved slots", rangemode="tozero", row=1, col=1)
+    fig.update_yaxes(title_text="% of allocated slots", rangemode="tozero", row=1, col=1)
     fig.update_yaxes(title_text="entries (log scale)", type="log", row=2, col=1,
                      tickvals=[1, 3, 10, 30, 100, 300, 1000, 3000, 10000])
     fig.update_layout(title=dict(text=title, x=0.01, font=dict(size=14)), height=560, showlegend=False,

@@ -4,8 +4,9 @@ Pure functions of what :func:`paged_kv.sim.simulate` recorded (layouts, step arr
 summaries), so the static book replays them without a kernel:
 
 * :func:`strip_figure`: the pool as a horizontal strip of slots, two rows per policy (which
-  request owns each slot; which category it is in), plotly frames + slider over time.
-* :func:`category_bars`: one stacked bar per policy in the vLLM paper's Fig. 2 categories.
+  request owns each slot, neighbouring regions never alike; which category it is in), block and
+  region borders, plotly frames + slider over time.
+* :func:`category_bars`: stacked bars in the vLLM paper's Fig. 2 categories, ours beside the paper's.
 * :func:`batch_figure`: running requests over time (the paper's Fig. 13 is its average).
 * :func:`rate_figure`: mean batch against request rate (where each policy hits its memory limit).
 * :func:`block_size_figure`: paging's waste and batch against block size.
@@ -39,12 +40,45 @@ _CATS = list(CATEGORY_LABELS)
 _STRIP_COLORS = [FREE_COLOR, *(tint(c, 0.3) for c in COLORS), *CATEGORY_COLORS.values()]
 _FIRST_CATEGORY_CODE = 1 + len(COLORS)
 STRIP_TRACE = "strip"   # the heatmap a frame or a live refresh updates, found by this name
+BORDER_TRACE = "borders"  # legend entry of the block/region border lines (one column = one slot)
+GAP_POOL = 64  # pools of at most this many slots are drawn with a gap between slots, to count them
+
+
+def region_colors(owners: np.ndarray, n: int = len(COLORS)) -> np.ndarray:
+    """A colour index in ``0 .. n-1`` for each entry of ``owners`` (request ids, -1 none) such that
+    two neighbouring entries of different requests never share a colour.
+
+    Each request keeps one colour where it can (preferred ``rid % n``, so colours stay put from
+    frame to frame): requests are coloured greedily in order of first appearance, avoiding the
+    colours of requests they touch.  A request touching ``n`` or more coloured others (possible
+    for paged requests with many scattered blocks) may then clash; a left-to-right pass recolours
+    such a run with the first colour differing from both its neighbours.  ``-1`` entries get 0.
+    """
+    owners = np.asarray(owners)
+    starts = np.concatenate([[0], np.flatnonzero(owners[1:] != owners[:-1]) + 1]) if len(owners) else np.zeros(0, int)
+    run_owner = owners[starts]
+    neighbours: dict[int, set[int]] = {}
+    for a, b in zip(run_owner[:-1], run_owner[1:]):
+        if a >= 0 and b >= 0:
+            neighbours.setdefault(int(a), set()).add(int(b)), neighbours.setdefault(int(b), set()).add(int(a))
+    color: dict[int, int] = {}
+    for r in dict.fromkeys(int(r) for r in run_owner if r >= 0):
+        taken = {color[q] for q in neighbours.get(r, ()) if q in color}
+        color[r] = next((c % n for c in range(r % n, r % n + n) if c % n not in taken), r % n)
+    run_color = np.array([color.get(int(r), 0) for r in run_owner], dtype=np.int64)
+    for i in range(1, len(run_color)):  # the guarantee: no two neighbouring runs alike
+        if run_owner[i] >= 0 and run_owner[i - 1] >= 0 and run_color[i] == run_color[i - 1]:
+            right = color.get(int(run_owner[i + 1]), -1) if i + 1 < len(run_owner) and run_owner[i + 1] >= 0 else -1
+            run_color[i] = next(c for c in range(n) if c not in (run_color[i - 1], right))
+    lengths = np.diff(np.concatenate([starts, [len(owners)]]))
+    return np.repeat(run_color, lengths)
 
 
 def strip_rows(owner: np.ndarray, category: np.ndarray, bin_slots: int = 1) -> np.ndarray:
-    """``[2, ceil(pool / bin_slots)]`` strip codes: row 0 the owner's colour (``1 + rid % len(COLORS)``,
-    0 none), row 1 the category (``1 + len(COLORS)`` + its index in CATEGORIES).  A bin shows its most common category, and
-    the owner of the bin's first owned slot (0 if the bin holds no owned slot)."""
+    """``[2, ceil(pool / bin_slots)]`` strip codes: row 0 the owner's colour (``1 +`` its
+    :func:`region_colors` index, 0 none), row 1 the category (``1 + len(COLORS)`` + its index in
+    CATEGORIES).  A bin shows its most common category, and the owner of the bin's first owned
+    slot (0 if the bin holds no owned slot); neighbouring bins of different requests differ in colour."""
     pool = len(owner)
     nb = -(-pool // bin_slots)
     pad = nb * bin_slots - pool
@@ -54,7 +88,7 @@ def strip_rows(owner: np.ndarray, category: np.ndarray, bin_slots: int = 1) -> n
     top_cat = counts.argmax(1)
     has = own >= 0
     first = np.where(has.any(1), own[np.arange(nb), has.argmax(1)], -1)
-    return np.stack([np.where(first >= 0, 1 + first % len(COLORS), 0), _FIRST_CATEGORY_CODE + top_cat]).astype(np.int8)
+    return np.stack([np.where(first >= 0, 1 + region_colors(first), 0), _FIRST_CATEGORY_CODE + top_cat]).astype(np.int8)
 
 
 def _aligned(runs: Mapping[str, Sequence]) -> dict[str, list]:
@@ -75,6 +109,22 @@ def _aligned(runs: Mapping[str, Sequence]) -> dict[str, list]:
 
 def _strip_z(runs: Mapping[str, Sequence], i: int, bin_slots: int) -> np.ndarray:
     return np.concatenate([strip_rows(lays[i].owner, lays[i].category, bin_slots) for lays in runs.values()])
+
+
+def border_shapes(runs: Mapping[str, Sequence], i: int, pad_to: int = 0) -> list[dict]:
+    """Vertical lines at every allocation-unit border of layout ``i``, each across its run's pair
+    of rows (slot ``b`` starts a unit: a line at ``b - 0.5``), as plotly layout shapes, padded with
+    hidden lines to ``pad_to``.  Shapes, not a trace, since plotly cannot animate a trace whose
+    points come and go; padded, since an animation frame updates shapes index by index and would
+    leave a longer previous frame's extra lines standing."""
+    shapes = []
+    for j, lays in enumerate(runs.values()):
+        borders = lays[i].borders
+        for b in (np.asarray(borders)[1:] if borders is not None else ()):
+            shapes.append(dict(type="line", xref="x", yref="y", x0=float(b) - 0.5, x1=float(b) - 0.5,
+                               y0=2 * j - 0.5, y1=2 * j + 1.5, line=dict(color="black", width=2), visible=True))
+    hidden = dict(type="line", xref="x", yref="y", x0=0, x1=0, y0=0, y1=0, visible=False)
+    return shapes + [dict(hidden) for _ in range(pad_to - len(shapes))]
 
 
 def _strip_caption(runs: Mapping[str, Sequence], i: int, title: str) -> str:
@@ -109,11 +159,16 @@ def strip_figure(runs: Mapping[str, Sequence], title: str = "", max_bins: int = 
     active = n - 1 if active is None else active
     ylabels = [f"{k} · {what}" for k in runs for what in ("request", "category")]
     x = np.arange(-(-pool // bin_slots)) * bin_slots + (bin_slots - 1) / 2  # column centres, in slots
-    heat = go.Heatmap(z=_strip_z(runs, active, bin_slots), x=x, y=ylabels, zmin=-0.5,
-                      zmax=len(_STRIP_COLORS) - 0.5, name=STRIP_TRACE,
-                      colorscale=discrete_scale(_STRIP_COLORS), showscale=False, xgap=0, ygap=3,
-                      hovertemplate="slot %{x}<br>%{y}<extra></extra>")
+    gap = 1 if pool <= GAP_POOL else 0  # small pools: slots you can count
+    heat = go.Heatmap(z=_strip_z(runs, active, bin_slots), x=x, y=list(range(len(ylabels))), zmin=-0.5,
+                      zmax=len(_STRIP_COLORS) - 0.5, name=STRIP_TRACE, customdata=[[lab] * len(x) for lab in ylabels],
+                      colorscale=discrete_scale(_STRIP_COLORS), showscale=False, xgap=gap, ygap=3,
+                      hovertemplate="slot %{x}<br>%{customdata}<extra></extra>")
     fig = go.Figure(heat)
+    borders = bin_slots == 1  # a border per unit is readable only when a column is one slot
+    if borders:  # the legend entry; the lines themselves are layout shapes
+        fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines", name=BORDER_TRACE,
+                                 line=dict(color="black", width=2)))
     for c in _CATS:  # legend entries for the category colours (the request colours need none)
         fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=_SHORT_LABELS[c],
                                  marker=dict(symbol="square", size=12, color=CATEGORY_COLORS[c],
@@ -126,13 +181,19 @@ def strip_figure(runs: Mapping[str, Sequence], title: str = "", max_bins: int = 
                                  yref="container", y=1 - 20 / height, yanchor="top"),
                       height=height, margin=dict(l=10, r=10, t=_STRIP_TOP, b=70),
                       xaxis=dict(title=unit, range=[-0.5, pool - 0.5], showgrid=False, zeroline=False),
-                      yaxis=dict(autorange="reversed", showgrid=False, zeroline=False), plot_bgcolor="white",
+                      yaxis=dict(autorange="reversed", showgrid=False, zeroline=False, tickmode="array",
+                                 tickvals=list(range(len(ylabels))), ticktext=ylabels),
+                      plot_bgcolor="white",
                       legend=dict(orientation="h", y=1.02, yanchor="bottom", x=0, xanchor="left",
                                   font=dict(size=11)))
+    most = max(len(border_shapes(runs, i)) for i in range(n)) if borders and replay else 0
+    fig.update_layout(shapes=border_shapes(runs, active, most) if borders else [])
     if replay and n > 1:
         strip = trace_indices(fig, [STRIP_TRACE])
         fig.frames = [go.Frame(name=str(i), data=[go.Heatmap(z=_strip_z(runs, i, bin_slots))], traces=strip,
-                               layout=go.Layout(title_text=_strip_caption(runs, i, title))) for i in range(n)]
+                               layout=go.Layout(title_text=_strip_caption(runs, i, title),
+                                                shapes=border_shapes(runs, i, most) if borders else []))
+                      for i in range(n)]
         steps = frame_steps([str(i) for i in range(n)], [f"{first[i].time_s:.0f}" for i in range(n)])
         add_replay_controls(fig, steps, active, currentvalue=dict(prefix="t (s) = "), frame_ms=400,
                             slider=dict(pad=dict(t=40, l=60)), pad_top=40)
@@ -148,46 +209,53 @@ def refresh_strip(fig, runs: Mapping[str, Sequence], index: int, title: str = ""
     strip = fig.data[trace_indices(fig, [STRIP_TRACE])[0]]
     with fig.batch_update():
         strip.z = _strip_z(runs, index, bin_slots)
-        strip.y = ylabels
+        fig.layout.yaxis.tickvals, fig.layout.yaxis.ticktext = list(range(len(ylabels))), ylabels
+        fig.layout.shapes = border_shapes(runs, index) if bin_slots == 1 else []
         fig.layout.title.text = _strip_caption(runs, index, title)
 
 
-def category_bars(shares: Mapping[str, Mapping[str, float]], paper: Mapping[str, object] | None = None,
+REST_COLOR = "#BDBDBD"  # the part of a paper's bar it does not break down
+
+
+def category_bars(shares: Mapping[str, Mapping[str, float]], paper: Mapping[str, Mapping[str, float]] | None = None,
                   title: str = "Where the KV memory goes") -> go.Figure:
-    """One horizontal stacked bar per policy: % of the memory in use per category (Fig. 2's basis).
+    """Stacked horizontal bars, % of the memory in use per category (the paper's Fig. 2 basis):
+    one bar per system, or with ``paper`` a pair per system, ours above the paper's.
 
     Args:
         shares: label -> ``SimResult.used_shares()`` (categories except ``free``, summing to 1).
-        paper: label -> the paper's token-state share (a float, or a ``(low, high)`` range),
-            drawn in black just under that policy's bar (a range as a bracket).
+        paper: label -> the paper's bar for that system, category -> share
+            (``PAPER_RESULTS["fig2"][key]``); a bar that gives only ``token_states`` and ``rest``
+            draws the rest as one grey segment, "not broken down".
     """
     labels = list(shares)
-    ys = np.arange(len(labels), dtype=float)
+    bars: list[tuple[str, Mapping[str, float]]] = []
+    for k in labels:
+        bars.append((f"{k} · ours" if paper else k, shares[k]))
+        if paper and k in paper:
+            bars.append((f"{k} · paper", paper[k]))
+    names = [name for name, _ in bars]
+    # a pair sits close together, with a wider gap to the next system
+    ys, y = [], 0.0
+    for name in names:
+        ys.append(y)
+        y += 0.8 if name.endswith("· ours") else 1.3
     fig = go.Figure()
-    for c in _CATS[:-1]:
-        vals = [100 * shares[k][c] for k in labels]
-        fig.add_trace(go.Bar(y=ys, x=vals, orientation="h", name=CATEGORY_LABELS[c], width=0.55,
-                             marker_color=CATEGORY_COLORS[c], text=[f"{v:.1f}%" if v >= 6 else "" for v in vals],
-                             textposition="inside", insidetextanchor="middle", customdata=labels,
-                             hovertemplate="%{customdata}: %{x:.1f}%<extra>" + CATEGORY_LABELS[c] + "</extra>"))
-    if paper:
-        py, xs, half, sym, text, tx, tpos = [], [], [], [], [], [], []
-        for k, v in paper.items():
-            a, b = (v, v) if isinstance(v, (int, float)) else v
-            py.append(labels.index(k) + 0.4), xs.append(50 * (a + b)), half.append(50 * (b - a))
-            sym.append("diamond" if a == b else "line-ns")  # a range: just its bracket
-            text.append("paper: " + (f"{100 * a:.1f}%" if a == b else f"{100 * a:.1f}–{100 * b:.1f}%"))
-            tx.append(100 * (a if b > 0.8 else b)), tpos.append("middle left" if b > 0.8 else "middle right")
-        fig.add_trace(go.Scatter(y=py, x=xs, mode="markers", hoverinfo="skip",
-                                 name="paper, Fig. 2: token states (a range for existing systems)",
-                                 marker=dict(symbol=sym, size=8, color="black", line=dict(width=1)),
-                                 error_x=dict(type="data", array=half, color="black", thickness=1.5, width=4)))
-        fig.add_trace(go.Scatter(y=py, x=tx, mode="text", text=text, textposition=tpos, showlegend=False,
-                                 textfont=dict(size=10), hoverinfo="skip"))
-    fig.update_layout(barmode="stack", title=title, height=150 + 65 * len(labels),
+    segments = [(c, CATEGORY_LABELS[c], CATEGORY_COLORS[c]) for c in _CATS[:-1]]
+    segments.append(("rest", "not broken down (paper)", REST_COLOR))
+    for c, label, color in segments:
+        vals = [100 * bar.get(c, 0.0) for _, bar in bars]
+        if not any(vals):
+            continue
+        fig.add_trace(go.Bar(y=ys, x=vals, orientation="h", name=label, width=0.7, marker_color=color,
+                             text=[f"{v:.1f}%" if v >= 6 else "" for v in vals], textposition="inside",
+                             insidetextanchor="middle", customdata=names,
+                             hovertemplate="%{customdata}: %{x:.1f}%<extra>" + label + "</extra>"))
+    fig.update_layout(barmode="stack", title=title, height=230 + 38 * len(bars),
                       xaxis=dict(title="% of the KV memory in use", range=[0, 100]),
-                      yaxis=dict(autorange="reversed", tickvals=ys, ticktext=labels, showgrid=False),
-                      margin=dict(l=10, r=20, t=50, b=40), legend=dict(orientation="h", y=-0.22, traceorder="normal"))
+                      yaxis=dict(autorange="reversed", tickvals=ys, ticktext=names, showgrid=False),
+                      margin=dict(l=10, r=20, t=70, b=120),
+                      legend=dict(orientation="h", y=-0.16, yanchor="top", traceorder="normal"))
     return fig
 
 

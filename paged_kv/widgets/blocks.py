@@ -5,9 +5,18 @@ serving requests over one pool of KV blocks): add a request (prompt text, or jus
 prompt of that many spaces), decode a step, finish a request; the figure
 (:mod:`paged_kv.viz.blocks`) updates in place in a ``go.FigureWidget``, or is redrawn into an
 ``ipywidgets.Output`` where FigureWidget is unavailable (it needs ``anywidget``).
+
+Two things the widgets do not do by themselves: ipywidgets 8 leaves a ``Dropdown``'s value at
+``None`` when its options change from empty (ipywidgets 7 picked the first), so after every event
+the panel selects a request itself (the one selected before if it still exists, else the oldest);
+and the status text sits in a box of fixed height, so the figure below it does not move down a
+line each time a request is added.  When the pool fills during a decode step the loop preempts the
+latest request by recompute (:class:`~paged_kv.engine.LiveRequests`), and the note says so.
 """
 
 from __future__ import annotations
+
+import html
 
 import ipywidgets as w
 from IPython.display import display
@@ -47,10 +56,10 @@ def block_panel(model=None, tokenizer=None, num_blocks: int = 24, block_size: in
                               layout=w.Layout(width="170px"))
     add_text, add_len = w.Button(description="add prompt"), w.Button(description="add length")
     decode = w.Button(description="decode step", button_style="primary")
-    which = w.Dropdown(options=[], description="request", layout=w.Layout(width="160px"))
+    which = w.Dropdown(options=[], description="request", layout=w.Layout(width="220px"))
     finish = w.Button(description="finish" if not sharing else "finish / prune", button_style="warning")
     fork = w.Button(description="fork", button_style="info")
-    status = w.HTML()
+    status = w.HTML(layout=w.Layout(height="7.5em", overflow="auto"))   # fixed: the figure stays put
 
     def redraw(note: str = "") -> None:
         if out is None:
@@ -59,8 +68,12 @@ def block_panel(model=None, tokenizer=None, num_blocks: int = 24, block_size: in
             out.clear_output(wait=True)
             with out:
                 display(draw(live.history.snapshots, title=title, replay=False))
-        which.options = live.running
-        texts = "<br>".join(f"<b>{s}</b>: {live.text(s)!r}" for s in live.running) if model is not None else ""
+        chosen = which.value
+        which.options = [(f"request {s}" + (" (waiting)" if s in live.waiting else ""), s) for s in live.requests]
+        if live.requests:             # ipywidgets 8 leaves the value None when options change
+            which.value = chosen if chosen in live.requests else live.requests[0]
+        texts = "<br>".join(f"<b>request {s}</b>{' (preempted, waiting)' if s in live.waiting else ''}: "
+                            f"{html.escape(repr(live.text(s)))}" for s in live.requests) if model is not None else ""
         status.value = status_html(note, texts)
 
     def act(fn):
@@ -74,6 +87,8 @@ def block_panel(model=None, tokenizer=None, num_blocks: int = 24, block_size: in
     def fork_selected():
         if which.value is None:
             return "no request to fork"
+        if which.value in live.waiting:
+            return f"request {which.value} is waiting to be recomputed; fork a running request"
         child = live.fork(which.value)
         return f"request {child} forked from request {which.value}: it shares all its blocks"
 

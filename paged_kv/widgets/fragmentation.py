@@ -14,7 +14,7 @@ import numpy as np
 from IPython.display import display
 
 from ..defaults import BLOCK_SIZE
-from ..sim import PAPER_SETUP, ServingSetup, SimResult
+from ..sim import PAPER_SETUP, PLACEMENTS, ServingSetup, SimResult
 from ..viz.fragmentation import refresh_strip, strip_figure
 from .panel import figure_widget_or_output
 
@@ -23,7 +23,7 @@ BLOCK_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
 
 def run_strip(setup: ServingSetup, policy: str, rate_per_s: float, block_size: int = BLOCK_SIZE,
-              placement: str = "first-fit", num_requests: int = 300, frames: int = 40,
+              placement: str = "buddy", num_requests: int = 300, frames: int = 40,
               horizon_s: float = 120.0, seed: int = 0) -> SimResult:
     """Simulate ``num_requests`` of ``setup`` at ``rate_per_s`` and record ``frames`` layouts
     evenly over the first ``horizon_s`` seconds (or until the last arrival, if sooner)."""
@@ -43,7 +43,7 @@ def strip_panel(setup: ServingSetup = PAPER_SETUP, num_requests: int = 300, fram
     rate = w.FloatSlider(value=setup.rate_per_s, min=0.25, max=6.0, step=0.25, description="req/s",
                          continuous_update=False)
     policy = w.Dropdown(options=list(POLICY_NAMES), value="Orca (Oracle)", description="policy")
-    placement = w.Dropdown(options=["first-fit", "best-fit"], description="placement")
+    placement = w.Dropdown(options=list(PLACEMENTS), value="buddy", description="placement")
     block = w.Dropdown(options=BLOCK_SIZES, value=BLOCK_SIZE, description="block size", disabled=True)
     when = w.IntSlider(value=frames - 1, min=0, max=frames - 1, description="frame", continuous_update=True)
     stats = w.HTML()

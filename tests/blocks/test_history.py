@@ -80,3 +80,12 @@ def test_bad_prompt_lengths_name_the_value(bad, match):
     with pytest.raises(BlockError, match=match):
         h.allocate("a", bad)
     assert len(h.snapshots) == 1 and h.manager.num_free_blocks == 4
+
+
+def test_preempt_frees_all_blocks_last_first_and_says_so():
+    h = BlockHistory(BlockSpaceManager(6, 2))
+    h.allocate(0, 5)                                    # blocks 0, 1, 2
+    snap = h.preempt(0, "pool full")
+    assert snap.event.kind == "preempt" and snap.event.freed_blocks == (2, 1, 0)   # appended in this order
+    assert tuple(h.manager.allocator.free_list()) == (3, 4, 5, 2, 1, 0)
+    assert snap.event.text.startswith("request 0: preempted (pool full)") and 0 not in snap.tables

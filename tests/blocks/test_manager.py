@@ -114,15 +114,20 @@ def _corrupt_allocator(kind: str) -> BlockAllocator:
         a._refs[2] = -1
     elif kind == "leak":
         a._free.remove(3)                           # count 0 but not on the list
-    elif kind == "twice":
-        a._free.remove(3), a._free.append(2)        # [2, 2]; block 3 lost
     elif kind == "held on list":
         a._free.remove(3), a._free.append(0)        # [2, 0]; block 0 still held, 3 lost
     return a
 
 
+def test_the_free_queue_cannot_hold_a_block_twice():
+    a = _corrupt_allocator("none")                  # free list [2, 3]
+    with pytest.raises(BlockError, match="already on the free queue"):
+        a._free.append(2)
+    assert a.free_list() == [2, 3]
+
+
 @pytest.mark.parametrize("kind,match", [("negative", "negative"), ("leak", "pool size"),
-                                        ("twice", "twice"), ("held on list", "ref count 0")])
+                                        ("held on list", "ref count 0")])
 def test_each_allocator_check_fires(kind, match):
     _corrupt_allocator("none").check()               # the uncorrupted state passes
     with pytest.raises(BlockError, match=match):

@@ -24,16 +24,54 @@ def test_live_requests_decode_the_same_tokens_as_generate(small_model):
     live.manager.check()
 
 
-def test_live_requests_wait_when_out_of_blocks(small_model):
-    live = LiveRequests(small_model, ByteTokenizer(), num_blocks=2, block_size=4)
-    live.add("abcd")
-    live.add("efgh")
-    with pytest.raises(OutOfBlocksError):
-        live.add("i")
-    notes = live.step()
-    assert len(notes) == 2 and "waits" in notes[0]
-    live.finish(0)
-    assert live.step() == [] and live.manager.num_tokens(1) == 5
+def test_a_full_pool_preempts_the_latest_request_which_is_recomputed(small_model):
+    """vLLM paper §4.5: when request 0 needs a block and none is free, the latest arrival (1) is
+    preempted by recompute; once blocks are free it is prefilled again with all its tokens and
+    continues exactly as generate() would have decoded it alone."""
+    tok = ByteTokenizer()
+    live = LiveRequests(small_model, tok, num_blocks=2, block_size=4)
+    a, b = live.add("abcd"), live.add("ef")           # block 0 full, block 1 half full
+    notes = live.step()                               # 0 needs a 2nd block: none free -> preempt 1
+    assert live.running == [a] and list(live.waiting) == [b] and "request 1 preempted" in notes[0]
+    assert notes[0].startswith("request 0 needs a block, none free")   # who asked, and who paid
+    assert live.history.events[-2].kind == "preempt" and live.history.events[-2].freed_blocks == (1,)
+    assert live.manager.num_tokens(a) == 5
+    assert "waits to be recomputed" in live.step()[0]  # 0 holds both blocks now
+    with pytest.raises(BlockError, match="waiting to be recomputed"):
+        live.add("x")                                 # FCFS: the preempted request goes first
+    live.finish(a)
+    assert "readmitted" in live.step()[0] and live.running == [b]
+    for _ in range(3):
+        live.step()
+    want = generate(small_model, [tok.encode("ef")], 5, cache="contiguous").tokens[0]
+    assert live.tokens[b][2:] + [live.pending[b]] == want
+    live.manager.check()
+
+
+def test_a_request_alone_in_a_full_pool_waits():
+    live = LiveRequests(None, None, num_blocks=1, block_size=2)
+    live.add(2)
+    assert "nobody to preempt" in live.step()[0] and live.running == [0] and not live.waiting
+
+
+def test_slot_labels_and_text_of_multibyte_characters_across_a_block_boundary(small_model):
+    """é (2 bytes), — (3) and an emoji (4) in a prompt whose blocks of 4 cut through each of them:
+    every slot shows the character on its first byte and a continuation mark on the others, and
+    the request's text never holds U+FFFD."""
+    from paged_kv.model.tokenizer import CONTINUATION
+    tok = ByteTokenizer()
+    prompt = "abé—🌹"                                  # bytes: a b | C3 A9 | E2 80 94 | F0 9F 8C B9
+    live = LiveRequests(small_model, tok, num_blocks=8, block_size=4)
+    seq = live.add(prompt)
+    snap = live.history.snapshots[-1]
+    labels = [lab for b in live.manager.block_table(seq).block_ids for lab in snap.blocks[b].labels]
+    assert labels == ["a", "b", "é", CONTINUATION, "—", CONTINUATION, CONTINUATION,
+                      "🌹", CONTINUATION, CONTINUATION, CONTINUATION]
+    assert [len(snap.blocks[b].labels) for b in live.manager.block_table(seq).block_ids] == [4, 4, 3]
+    for _ in range(6):
+        live.step()
+        assert "\ufffd" not in live.text(seq) or "\ufffd" in tok.decode(live.tokens[seq], final=False)
+    assert live.text(seq).startswith(prompt)
 
 
 @pytest.mark.parametrize("bad,match", [(-3, "must be an int >= 1, got -3"), (0, "got 0"), (2.7, "must be an int >= \\d+, got 2.7"),
@@ -50,8 +88,46 @@ def test_live_requests_text_and_finish_of_unknown_request():
     seq = live.add(3)
     assert live.text(seq) == ""
     for call in (live.text, live.finish):
-        with pytest.raises(BlockError, match=r"request 99 is not running \(running: \[0\]\)"):
+        with pytest.raises(BlockError, match=r"request 99 is not running or waiting \(running: \[0\]"):
             call(99)
     live.finish(seq)
     with pytest.raises(BlockError, match="request 0 is not running"):
         live.text(seq)
+
+
+def test_random_sessions_keep_every_invariant():
+    """Hypothesis drives add / step / finish over a small pool (preemptions happen often): the
+    manager's invariants hold, every request is running xor waiting, a running request holds one
+    slot per token, a waiting one holds no block, and a preempted request is never older than a
+    request that kept running in that step (the latest arrival goes first)."""
+    from hypothesis import given, settings, strategies as st
+
+    ops = st.lists(st.tuples(st.sampled_from(["add", "step", "step", "finish"]), st.integers(1, 9)),
+                   max_size=40)
+
+    @settings(max_examples=30, deadline=None)
+    @given(ops)
+    def run(script):
+        live = LiveRequests(None, None, num_blocks=6, block_size=2)
+        for op, arg in script:
+            try:
+                if op == "add":
+                    live.add(arg)
+                elif op == "step":
+                    before = set(live.running)
+                    live.step()
+                    preempted = before - set(live.running)
+                    if preempted:
+                        assert min(preempted) > max(before - preempted, default=-1)
+                elif live.requests:
+                    live.finish(live.requests[arg % len(live.requests)])
+            except (OutOfBlocksError, BlockError):
+                pass                                   # refused: nothing changed
+            live.manager.check()
+            assert set(live.running).isdisjoint(live.waiting)
+            assert set(live.requests) == set(live.tokens)
+            for s in live.running:
+                assert live.manager.num_tokens(s) == len(live.tokens[s])
+            assert all(s not in live.manager.seq_ids for s in live.waiting)
+
+    run()

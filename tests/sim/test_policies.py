@@ -42,7 +42,7 @@ def test_first_fit_leaves_a_hole_best_fit_does_not():
 
 
 def test_free_coalesces_holes():
-    pol = OrcaOracle(12, 12)
+    pol = OrcaOracle(12, 12, placement="first-fit")
     for rid in range(4):
         pol.admit(rid, 2, 1, 0)  # [0,3) [3,6) [6,9) [9,12)
     pol.free(1), pol.free(3)
@@ -54,7 +54,7 @@ def test_free_coalesces_holes():
 
 
 def test_contiguous_categories_while_growing():
-    pol = OrcaPow2(20, 16)
+    pol = OrcaPow2(20, 16, placement="first-fit")
     pol.admit(0, 3, 5, step=0)  # reserves 3 + 8 = 11, final length 8
     assert cats(pol) == dict(token_states=4, reserved=4, internal=3, external=0, free=9)
     for s in (1, 2, 3, 4):
@@ -110,7 +110,7 @@ def test_paged_shortfall_and_refusal():
 
 
 def test_misuse_raises():
-    pol = OrcaOracle(10, 10)
+    pol = OrcaOracle(10, 10, placement="first-fit")
     pol.admit(0, 4, 1, 0)
     with pytest.raises(BlockError):
         pol.admit(0, 1, 1, 0)
@@ -155,7 +155,7 @@ def test_make_policy_names():
 
 
 def test_check_fires_on_corruption():
-    pol = OrcaOracle(10, 10)
+    pol = OrcaOracle(10, 10, placement="first-fit")
     pol.admit(0, 2, 2, 0), pol.admit(1, 2, 2, 0)
     pol.regions[1] = (2, 4)  # overlaps request 0's [0, 4)
     with pytest.raises(BlockError, match="already owned"):
@@ -177,7 +177,9 @@ def test_check_fires_on_corruption():
 POLICY_MAKERS = {
     "max": lambda: OrcaMax(64, 16),
     "pow2": lambda: OrcaPow2(64, 16, placement="best-fit"),
-    "oracle": lambda: OrcaOracle(64, 16),
+    "oracle": lambda: OrcaOracle(64, 16, placement="first-fit"),
+    "oracle-buddy": lambda: OrcaOracle(64, 16),
+    "pow2-buddy": lambda: OrcaPow2(60, 16),
     "paged": lambda: PagedPolicy(64, 16, block_size=4, watermark=0.0),
     "paged-odd": lambda: PagedPolicy(63, 16, block_size=5, watermark=0.0),
 }

@@ -8,7 +8,8 @@ import pytest
 import paged_kv  # noqa: F401
 from paged_kv.errors import ConfigError
 from paged_kv.sim import CATEGORIES, OrcaMax, OrcaOracle, OrcaPow2, PagedPolicy
-from paged_kv.sim import PAPER_RESULTS, PAPER_SETUP, ServingSetup, comparison_rows, format_table
+from paged_kv.sim import (FIG2_SEGMENTS, PAPER_RESULTS, PAPER_SETUP, ServingSetup, comparison_rows, fig2_rows,
+                          format_table)
 from paged_kv.sim import IterationTime, simulate
 from paged_kv.sim import synthetic_trace, trace_from_rows
 
@@ -21,7 +22,7 @@ def test_first_fit_hole_blocks_a_request():
     """Pool of 10, exact reservations: [0,3) and [6,8) finish first, leaving holes of 3 and 4.
     A 5-slot request then waits although 7 slots are free: external fragmentation."""
     tr = trace_from_rows([(0, 2, 1), (0, 1, 2), (0, 1, 1), (1, 3, 2)])
-    res = simulate(tr, OrcaOracle(10, 10), check=True, layouts=1)
+    res = simulate(tr, OrcaOracle(10, 10, placement="first-fit"), check=True, layouts=1)
     assert row(res, 0) == dict(token_states=7, reserved=1, internal=0, external=0, free=2)
     assert row(res, 1) == dict(token_states=3, reserved=0, internal=0, external=7, free=0)
     assert res.steps["waiting"][1] == 1 and res.steps["running"][1] == 1
@@ -42,7 +43,7 @@ def test_orca_max_reserves_the_maximum():
 
 def test_orca_pow2_internal_fragmentation():
     tr = trace_from_rows([(0, 3, 5), (0, 2, 9)])
-    res = simulate(tr, OrcaPow2(20, 16), check=True)
+    res = simulate(tr, OrcaPow2(20, 16, placement="first-fit"), check=True)
     # request 0 reserves 3 + 8 = 11 for a final length 8; request 1 wants min(16, 2 + 16) = 16
     assert row(res, 0) == dict(token_states=4, reserved=4, internal=3, external=9, free=0)
     assert row(res, 4) == dict(token_states=8, reserved=0, internal=3, external=9, free=0)
@@ -70,7 +71,7 @@ def test_paged_preempts_the_newest_and_recomputes():
 
 def test_layout_times_stay_aligned_across_idle_gaps():
     tr = trace_from_rows([(0, 1, 2), (5, 1, 1)])  # steps start at 0, 1, then 5
-    res = simulate(tr, OrcaOracle(10, 10), layout_times=[0, 0.5, 1, 2, 3, 4, 5, 9])
+    res = simulate(tr, OrcaOracle(10, 10, placement="first-fit"), layout_times=[0, 0.5, 1, 2, 3, 4, 5, 9])
     assert [lay.step for lay in res.layouts] == [0, 1, 1, -1, -1, -1, 2]  # 9 s: after the run ended
     assert res.layouts[3].owner.tolist() == [-1] * 10 and res.layouts[3].time_s == 2  # idle: empty
     assert res.layouts[6].owner.tolist() == [1, 1] + [-1] * 8
@@ -78,7 +79,7 @@ def test_layout_times_stay_aligned_across_idle_gaps():
 
 def test_mean_batch_counts_idle_time():
     tr = trace_from_rows([(0, 1, 2), (5, 1, 1)])  # busy [0, 2), idle [2, 5), busy [5, 6)
-    res = simulate(tr, OrcaOracle(10, 10))
+    res = simulate(tr, OrcaOracle(10, 10, placement="first-fit"))
     assert res.window() == (0.0, 5.0)
     assert res.mean_batch() == pytest.approx(2 / 5)
     assert res.time_average("free") == pytest.approx((2 * (10 - 3) + 3 * 10) / 5)
@@ -197,10 +198,45 @@ def test_paper_setup_ordering(paper_runs):
 def test_comparison_table(paper_runs):
     rows = comparison_rows(paper_runs)
     assert [r["batch (paper)"] for r in rows] == [7.00, 9.81, 13.62, 30.42]
-    assert rows[3]["token share (paper)"] == 0.963 and rows[0]["token share (paper)"] == (0.204, 0.382)
+    assert [r["token share (paper)"] for r in rows] == [0.204, 0.268, 0.382, 0.963]
     text = format_table(rows)
-    assert "30.42" in text and "96.3%" in text and "20.4%–38.2%" in text
+    assert "30.42" in text and "96.3%" in text and "38.2%" in text
     assert text.count("\n") == len(rows) + 1
+
+
+# The paper's Fig. 2, read off the figure (token states / reservation / internal / external &
+# others, %), typed here independently of PAPER_RESULTS.
+FIG2 = {"max": (20.4, 13.3, 57.3, 8.9), "pow2": (26.8, 17.9, 13.6, 41.6), "oracle": (38.2, 25.2, 0.0, 36.6)}
+
+
+def test_fig2_per_bar_table(paper_runs):
+    rows = {r["policy"]: r for r in fig2_rows(paper_runs)}
+    for key, bar in FIG2.items():
+        row = rows[paper_runs[key].policy]
+        assert [round(100 * row[f"{s} share (paper)"], 1) for s in FIG2_SEGMENTS] == list(bar)
+        assert sum(bar) == pytest.approx(100, abs=0.15)  # each printed bar adds up (rounding)
+        assert sum(row[f"{s} share (ours)"] for s in FIG2_SEGMENTS) == pytest.approx(1.0)
+    vllm = rows[paper_runs["paged"].policy]
+    assert vllm["token_states share (paper)"] == 0.963 and vllm["rest share (paper)"] == pytest.approx(0.037)
+    assert all(np.isnan(vllm[f"{s} share (paper)"]) for s in FIG2_SEGMENTS[1:])
+    assert vllm["rest share (ours)"] == pytest.approx(1 - paper_runs["paged"].used_shares()["token_states"])
+    text = format_table(fig2_rows(paper_runs))
+    assert "57.3%" in text and "41.6%" in text and "–" in text
+    with pytest.raises(ConfigError, match="Fig. 2"):
+        fig2_rows({"fifo": paper_runs["max"]})
+
+
+def test_buddy_brings_the_orca_bars_near_the_papers(paper_runs):
+    """The paper's Orca places regions with a buddy allocator (§6.1).  With it, Oracle's bar is
+    nearer the paper's than exact-size first-fit's (stronger than the paper's baseline), segment
+    distances summed, and has no internal fragmentation, as in the paper."""
+    paper = PAPER_RESULTS["fig2"]["oracle"]
+    dist = lambda res: sum(abs(res.used_shares()[s] - paper[s]) for s in FIG2_SEGMENTS)
+    ff = PAPER_SETUP.run("oracle", trace=paper_runs["oracle"].trace, placement="first-fit")
+    assert dist(paper_runs["oracle"]) < 0.15 < dist(ff)
+    assert paper_runs["oracle"].used_shares()["internal"] == 0
+    assert ff.used_shares()["token_states"] > paper["token_states"] + 0.08
+    assert ff.mean_batch() > paper_runs["oracle"].mean_batch()
 
 
 # --- figures and the live panel (chapter 4) --------------------------------------------------
@@ -230,7 +266,7 @@ def test_burst_averages_over_the_run():
 
 def test_single_request_summary():
     tr = trace_from_rows([(3, 2, 4)])  # steps at 3, 4, 5, 6 hold 3, 4, 5, 6 of its 6 reserved slots
-    res = simulate(tr, OrcaOracle(10, 10))
+    res = simulate(tr, OrcaOracle(10, 10, placement="first-fit"))
     assert res.window() == (3.0, 7.0)
     s = res.summary()
     assert s["mean_batch"] == pytest.approx(1.0) and s["steps"] == 4
@@ -239,7 +275,7 @@ def test_single_request_summary():
 
 
 def test_time_average_bad_windows():
-    res = simulate(trace_from_rows([(0, 1, 2)]), OrcaOracle(10, 10))
+    res = simulate(trace_from_rows([(0, 1, 2)]), OrcaOracle(10, 10, placement="first-fit"))
     with pytest.raises(ConfigError, match="ends before"):
         res.time_average("running", 2.0, 1.0)
     with pytest.raises(ConfigError, match="t0"):
@@ -251,7 +287,7 @@ def test_time_average_bad_windows():
 # --- bad input: our exceptions, never a silent substitution --------------------------------------
 def test_simulate_argument_checks():
     tr = trace_from_rows([(0, 2, 2), (0, 3, 1)])
-    ok = simulate(tr, OrcaOracle(10, 10), max_batch=np.int64(1), max_prefill_tokens=np.int32(3),
+    ok = simulate(tr, OrcaOracle(10, 10, placement="first-fit"), max_batch=np.int64(1), max_prefill_tokens=np.int32(3),
                   layouts=np.int64(2))
     assert ok.steps["running"].max() == 1 and len(ok.layouts) == (ok.num_steps + 1) // 2
     bad = [dict(max_batch=True), dict(max_batch=2.0), dict(max_prefill_tokens=0), dict(max_prefill_tokens=-1),
@@ -260,11 +296,11 @@ def test_simulate_argument_checks():
            dict(layout_times=["a"]), dict(iteration_time="fast")]
     for kw in bad:
         with pytest.raises(ConfigError):
-            simulate(tr, OrcaOracle(10, 10), **kw)
+            simulate(tr, OrcaOracle(10, 10, placement="first-fit"), **kw)
     with pytest.raises(ConfigError, match="no requests"):
-        simulate(trace_from_rows([]), OrcaOracle(10, 10))
+        simulate(trace_from_rows([]), OrcaOracle(10, 10, placement="first-fit"))
     with pytest.raises(ConfigError, match="Trace"):
-        simulate([(0, 1, 1)], OrcaOracle(10, 10))
+        simulate([(0, 1, 1)], OrcaOracle(10, 10, placement="first-fit"))
     with pytest.raises(ConfigError, match="MemoryPolicy"):
         simulate(tr, "oracle")
 

@@ -146,5 +146,5 @@ def test_block_frames_update_the_named_traces():
 def test_strip_frames_update_the_strip():
     res = simulate(trace_from_rows([(0, 2, 6), (1, 1, 2)]), OrcaOracle(8, 8), layout_times=range(3))
     fig = strip_figure({"a": res.layouts})
-    (strip,) = trace_indices(fig, [STRIP_TRACE])
+    (strip,) = trace_indices(fig, [STRIP_TRACE])  # border lines are layout shapes, set per frame
     assert all(list(f.traces) == [strip] for f in fig.frames) and len(fig.frames) == 3

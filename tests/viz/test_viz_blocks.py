@@ -3,14 +3,15 @@ the real manager and the tiny model through the paged cache: its tokens must equ
 
 import pytest
 
-from paged_kv.blocks import paper_trace
-from paged_kv.viz.blocks import block_size_figure, block_traces, blocks_figure, refresh_blocks_figure, seq_order
+from paged_kv.blocks import BlockHistory, BlockSpaceManager, paper_trace
+from paged_kv.viz.blocks import block_cells, block_size_figure, block_traces, blocks_figure, refresh_blocks_figure, seq_order
 from paged_kv.widgets.blocks import block_panel
 
 
-def cell(trace, block, offset, bs=4, label=1):
-    """The pool heatmap cell of (block, offset) for a one-column grid (<= 16 blocks)."""
-    return trace.z[block][label + offset], trace.customdata[block][label + offset], trace.text[block][label + offset]
+def cell(trace, block, offset, bs=4, nb=9):
+    """The pool heatmap cell of (block, offset) of the paper trace's pool."""
+    x0, _, y = block_cells(block, nb, bs)
+    return trace.z[y][x0 + offset], trace.customdata[y][x0 + offset], trace.text[y][x0 + offset]
 
 
 def test_figure_replays_every_snapshot_with_a_slider():
@@ -21,7 +22,7 @@ def test_figure_replays_every_snapshot_with_a_slider():
     assert [s.args[0][0] for s in steps] == [f.name for f in fig.frames]
     assert all(s.args[1]["frame"]["redraw"] for s in steps)
     assert fig.frames[0].data[0].z != fig.frames[-1].data[0].z          # moving the slider changes the pool
-    assert "B: prompt of 6 tokens" in fig.frames[-1].layout.title.text
+    assert "request B:<br><sup>prompt of 6 tokens" in fig.frames[-1].layout.title.text
 
 
 def test_pool_cells_show_owner_fill_and_hover():
@@ -61,10 +62,56 @@ def test_panel_falls_back_to_an_output_and_drives_the_manager():
     assert "out of KV blocks" in panel.children[2].value and live.running == [0]
     decode.click()
     assert live.manager.num_tokens(0) == 20
-    which.value = 0
-    finish.click()
+    finish.click()                            # no value set by hand: the panel selected request 0
     assert live.running == [] and live.manager.num_free_blocks == 6
     assert [e.kind for e in live.history.events] == ["start", "allocate", "append", "free"]
+
+
+@pytest.mark.parametrize("use_figure_widget", [None, False])
+def test_panel_finish_works_by_clicks_alone(use_figure_widget):
+    """ipywidgets 8 leaves a Dropdown's value None when its options change from empty, so "finish"
+    said "no request to finish" while two requests ran, and again after the last one finished.
+    Driven only by clicks, as a user would; the table loses a finished request's row."""
+    panel = block_panel(load_model=False, num_blocks=12, block_size=4, use_figure_widget=use_figure_widget)
+    live = panel.live
+    (prompt, add_text, length, add_len), (decode, which, finish) = panel.children[0].children, panel.children[1].children
+    add_len.click()
+    add_len.click()
+    assert live.running == [0, 1] and which.value == 0
+    finish.click()
+    assert live.running == [1] and "no request" not in panel.children[2].value
+    finish.click()
+    assert live.running == [] and which.value is None
+    add_text.click()                          # after the last one finished: the new one is selected
+    assert which.value == 2
+    decode.click()
+    finish.click()
+    assert live.running == [] and "no request" not in panel.children[2].value
+    finish.click()
+    assert "no request to finish" in panel.children[2].value
+
+
+def test_finished_request_leaves_no_table_row_and_rows_keep_their_place():
+    from paged_kv.blocks import BlockHistory, BlockSpaceManager
+    h = BlockHistory(BlockSpaceManager(8, 4))
+    h.allocate(0, 5)
+    h.allocate(1, 3)
+    h.free(0)
+    h.allocate(2, 2)
+    order = seq_order(h.snapshots)
+    assert block_traces(h.snapshots[2], order)[2].y == ("0", "1")
+    assert block_traces(h.snapshots[3], order)[2].y == ("1",)          # 0 finished: its row is gone
+    _, _, tables = block_traces(h.snapshots[4], order)
+    assert tables.y == ("1", "2") and tables.z[1][0] == 2 + 2 * 2       # 2 keeps its own colour (k = 2), pale: 2 of 4 filled
+    fig = blocks_figure(h.snapshots)
+    assert tuple(fig.layout.yaxis2.range) == (1.5, -0.5)               # at most 2 rows at once: fixed range
+
+
+def test_status_box_has_a_fixed_height():
+    """The status lines above the figure grew a line per request and pushed the figure down."""
+    panel = block_panel(load_model=False, num_blocks=12, block_size=4, use_figure_widget=False)
+    status = panel.children[2]
+    assert status.layout.height and status.layout.overflow == "auto"
 
 
 def test_panel_updates_a_figure_widget_in_place():
@@ -109,3 +156,12 @@ def test_block_size_figure_has_one_labelled_axis_per_quantity():
     assert fig.layout.yaxis2.type == "log"
     assert "%" in fig.layout.yaxis.title.text and "entries" in fig.layout.yaxis2.title.text
     assert fig.layout.xaxis.type == "log" and list(fig.layout.xaxis2.tickvals) == sizes
+
+
+def test_table_axis_ticks_thin_out_for_long_tables():
+    """A tick per logical block up to 10 blocks; beyond, every 5th, so the labels of an 18-block
+    table do not run together on a phone-wide page."""
+    for n_blocks, tick in ((10, 1), (18, 5)):
+        h = BlockHistory(BlockSpaceManager(20, 2))
+        h.allocate("s", ["x"] * (2 * n_blocks))
+        assert blocks_figure(h.snapshots).layout.xaxis2.dtick == tick

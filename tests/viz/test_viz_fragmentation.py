@@ -71,3 +71,62 @@ def test_nice_ticks_and_block_size_axis():
     right = fig.layout.yaxis2
     assert list(right.tickvals) == [20.0, 22.0, 24.0, 26.0, 28.0] and list(right.ticktext) == ["20", "22", "24", "26", "28"]
     assert tuple(right.range) == (20.0, 28.0)
+
+
+# --- strips you can count: colours, gaps, borders; Fig. 2 paired bars --------------------------
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(-1, 40), max_size=80))
+def test_neighbouring_regions_never_share_a_colour(owners):
+    from paged_kv.viz.fragmentation import region_colors
+    owners = np.array(owners, np.int64)
+    col = region_colors(owners)
+    assert len(col) == len(owners) and ((0 <= col) & (col < 10)).all()
+    for i in range(1, len(owners)):
+        if owners[i] >= 0 and owners[i - 1] >= 0:
+            same = owners[i] == owners[i - 1]
+            assert (col[i] == col[i - 1]) == same, (i, owners[i - 1:i + 1], col[i - 1:i + 1])
+
+
+def test_equal_ids_mod_10_get_different_colours():
+    """Requests 3 and 13 side by side had one colour (rid mod 10): no more."""
+    from paged_kv.viz.fragmentation import region_colors
+    col = region_colors(np.array([3, 3, 13, 13, 23]))
+    assert col[1] != col[2] and col[3] != col[4] and col[0] == 3  # the first keeps its usual colour
+
+
+def test_small_strips_show_slot_gaps_and_borders():
+    from paged_kv.viz.fragmentation import BORDER_TRACE, GAP_POOL, STRIP_TRACE, strip_figure
+    from paged_kv.viz.controls import trace_indices
+    tr = trace_from_rows([(0, 2, 1), (0, 1, 2)])  # regions of 3 and 3 slots: blocks of 4 and 4
+    res = simulate(tr, OrcaOracle(16, 16), layout_times=[0])
+    lay = res.layouts[0]
+    assert lay.borders.tolist() == [0, 3, 4, 7, 8]  # region 0, its tail, region 1, its tail, the free 8
+    fig = strip_figure({"buddy": res.layouts, "again": res.layouts})
+    heat = fig.data[trace_indices(fig, [STRIP_TRACE])[0]]
+    assert heat.xgap == 1 and 16 <= GAP_POOL and BORDER_TRACE in [t.name for t in fig.data]
+    lines = [(s.x0, s.y0, s.y1) for s in fig.layout.shapes if s.visible]
+    # one line per border after slot 0, across its own pair of rows (run 0: rows 0-1, run 1: rows 2-3)
+    assert lines == [(b - 0.5, 2 * j - 0.5, 2 * j + 1.5) for j in (0, 1) for b in (3, 4, 7, 8)]
+    paged = simulate(tr, make_policy("paged", 16, 16, block_size=4, watermark=0.0), layout_times=[0])
+    assert paged.layouts[0].borders.tolist() == [0, 4, 8, 12]
+    big = simulate(tr, OrcaOracle(4096, 64), layout_times=[0])
+    fig = strip_figure({"big": big.layouts})
+    assert fig.data[0].xgap == 0 and not fig.layout.shapes  # binned columns: no borders
+
+
+def test_fig2_paired_bars():
+    from paged_kv.sim import PAPER_RESULTS
+    from paged_kv.viz.fragmentation import category_bars
+    ours = {"Orca (Max)": dict(token_states=0.2, reserved=0.1, internal=0.6, external=0.1),
+            "paged": dict(token_states=0.97, reserved=0.02, internal=0.01, external=0.0)}
+    fig = category_bars(ours, paper={"Orca (Max)": PAPER_RESULTS["fig2"]["max"], "paged": PAPER_RESULTS["fig2"]["paged"]})
+    assert list(fig.layout.yaxis.ticktext) == ["Orca (Max) · ours", "Orca (Max) · paper", "paged · ours", "paged · paper"]
+    by_name = {t.name: list(t.x) for t in fig.data}
+    assert by_name["internal fragmentation"][:2] == [60.0, 57.3]  # ours | paper, bar for bar
+    assert by_name["not broken down (paper)"] == [0.0, 0.0, 0.0, pytest.approx(3.7)]
+    for i in range(4):  # every bar is whole
+        assert sum(v[i] for v in by_name.values()) == pytest.approx(100, abs=0.15)

@@ -59,8 +59,7 @@ def test_panel_forks_a_request_and_shows_the_copy(use_figure_widget):
                                                                           panel.children[1].children)
     length.value = 6
     add_len.click()
-    which.value = live.running[0]
-    fork.click()
+    fork.click()                                                 # request 0 is selected by the panel
     assert live.running == [0, 1] and live.manager.allocator.ref_count(1) == 2
     assert "request 1 forked from request 0" in panel.children[2].value
     decode.click()                                               # both write: one copy, one in place

@@ -1,0 +1,217 @@
+"""Prefix caching at the block layer: the free queue, chained hashes, the token check, the three
+rules, LRU eviction, and the block manager's state machine with caching on."""
+
+import hashlib
+import json
+from collections import deque
+
+import pytest
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import invariant, precondition, rule
+
+from paged_kv.blocks import (BlockAllocator, BlockSpaceManager, FreeBlockQueue, PrefixCache, block_hashes,
+                             blocks_needed, sha256_block_hash)
+from paged_kv.errors import BlockError, ConfigError, PromptError
+
+from test_manager import BlockManagerMachine  # noqa: E402  (tests/blocks is on sys.path)
+
+
+# --- the free queue ---------------------------------------------------------------------------
+@pytest.mark.parametrize("ops", [[("pop",), ("rm", 3), ("app", 0), ("rm", 4), ("app", 3), ("pop",)],
+                                 [("rm", 0), ("rm", 5), ("app", 5), ("app", 0), ("pop",), ("pop",)]])
+def test_free_queue_behaves_like_a_list(ops):
+    q, ref = FreeBlockQueue(6, range(6)), list(range(6))     # a plain list is the reference
+    for op in ops:
+        if op[0] == "pop":
+            assert q.popleft() == ref.pop(0)
+        elif op[0] == "rm":
+            q.remove(op[1]), ref.remove(op[1])
+        else:
+            q.append(op[1]), ref.append(op[1])
+        assert list(q) == ref and len(q) == len(ref)
+
+
+def test_free_queue_errors():
+    q = FreeBlockQueue(3, [0, 1])
+    with pytest.raises(BlockError, match="already on the free queue"):
+        q.append(1)
+    with pytest.raises(BlockError, match="not on the free queue"):
+        q.remove(2)
+    with pytest.raises(BlockError, match="int in 0..2"):
+        q.append(3)
+    q.popleft(), q.popleft()
+    with pytest.raises(BlockError, match="empty"):
+        q.popleft()
+    for bad in (-1, 2.5, True):
+        with pytest.raises(ConfigError, match=f"num_blocks.*{bad!r}"):
+            FreeBlockQueue(bad)
+
+
+# --- hashes -----------------------------------------------------------------------------------
+def test_sha256_block_hash_is_the_documented_encoding():
+    parent = sha256_block_hash(None, [1, 2], None)
+    want = hashlib.sha256(json.dumps([parent.hex(), [3, 4], ["lora", 1]], separators=(",", ":")).encode()).digest()
+    assert sha256_block_hash(parent, (3, 4), ("lora", 1)) == want
+
+
+def test_chained_hashes_name_the_whole_prefix():
+    a = block_hashes([1, 2, 3, 4, 5, 6, 7], 2)
+    b = block_hashes([9, 9, 3, 4, 5, 6], 2)
+    assert len(a) == 3 and len(b) == 3                     # full blocks only
+    assert all(x != y for x, y in zip(a, b))              # same block tokens, other parent: other hash
+    assert block_hashes([1, 2, 3, 4, 0], 2)[:2] == a[:2]
+    assert block_hashes([1, 2], 2, "salt") != block_hashes([1, 2], 2)
+    with pytest.raises(ConfigError, match="extra cache key"):
+        block_hashes([1, 2], 2, 1.5)
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2.0, True])
+def test_a_bad_block_size_is_refused_by_name(bad):
+    with pytest.raises(ConfigError, match=f"block_size.*{bad!r}"):
+        block_hashes([1, 2, 3, 4], bad)
+    with pytest.raises(ConfigError, match=f"block_size.*{bad!r}"):
+        PrefixCache(bad)
+
+
+@pytest.mark.parametrize("tokens, named", [([1, 2.5], "2.5"), ([1, -3], "-3"), ([True, 2], "True"),
+                                           ("ab", "'ab'")])
+def test_a_bad_token_id_is_refused_not_truncated(tokens, named):
+    # int(2.5) would silently hash token 2: the block would be found by a prompt that holds token 2
+    with pytest.raises(PromptError, match=named):
+        block_hashes(tokens, 2)
+    with pytest.raises(PromptError, match=named):
+        sha256_block_hash(None, tokens)
+    assert block_hashes([1, 2, 3], 2) == block_hashes([1, 2, 9], 2)      # only full blocks are checked and hashed
+
+
+def test_the_token_check_settles_a_collision():
+    c = PrefixCache(2, hash_fn=lambda parent, tokens, key: "same")
+    c.register(0, "same", [1, 2])
+    c.register(1, "same", [1, 2, 3, 4])
+    assert c.lookup([1, 2, 3, 4]) == [0, 1]
+    assert c.lookup([3, 4, 3, 4]) == []                   # block 1 holds (3, 4), but after (1, 2)
+    assert c.lookup([1, 2, 9, 9]) == [0]
+    assert c.lookup([1, 2, 3, 4], extra_key="other") == []
+    with pytest.raises(ConfigError, match="prefix_caching_hash_algo"):
+        PrefixCache(2, "md5")
+
+
+# --- the three rules --------------------------------------------------------------------------
+def test_rule_1_only_computed_tokens_are_cached_and_the_last_prompt_token_runs():
+    m = BlockSpaceManager(8, 4, enable_prefix_caching=True)
+    toks = list(range(8))
+    m.allocate("a", 8)
+    assert m.cache_full_blocks("a", toks, 7) == [m.block_table("a")[0]]   # block 1 lacks token 7's K/V
+    assert m.cache_full_blocks("a", toks, 8) == [m.block_table("a")[1]]
+    assert len(m.cache_hit(toks)) == 1                    # a hit stops before the last token
+    assert len(m.cache_hit(toks + [8])) == 2
+
+
+def test_rule_2_a_block_is_registered_when_it_fills_during_decode():
+    m = BlockSpaceManager(8, 4, enable_prefix_caching=True)
+    toks = [5, 6, 7]
+    m.allocate("a", 3)
+    assert m.cache_full_blocks("a", toks, 3) == []        # a partial block is never cached
+    m.append_slot("a")
+    toks.append(8)
+    assert m.cache_full_blocks("a", toks, 4) == [m.block_table("a")[0]]
+    assert m.cache.entry(m.block_table("a")[0]).prefix == (5, 6, 7, 8)
+
+
+def test_rule_3_freed_blocks_stay_cached_until_needed_then_leave_lru_first():
+    m = BlockSpaceManager(6, 2, enable_prefix_caching=True)
+    a, b = [1, 2, 3, 4], [7, 8, 9, 10]
+    for sid, toks in (("a", a), ("b", b)):
+        m.allocate(sid, 4)
+        m.cache_full_blocks(sid, toks, 4)
+    ta, tb = m.block_table("a").block_ids, m.block_table("b").block_ids
+    m.free("a"), m.free("b")                              # freed last block first: a1 a0 b1 b0
+    assert m.allocator.cached_free() == [ta[1], ta[0], tb[1], tb[0]]
+    assert len(m.cache) == 4 and all(m.allocator.ref_count(x) == 0 for x in ta + tb)
+    m.allocate("c", 4)                                    # 2 plain free blocks: nothing evicted
+    assert len(m.cache) == 4 and m.cache.evictions == []
+    m.allocate("d", 2)                                    # the least recently freed goes first
+    assert m.cache.evictions == [ta[1]] and m.cache.entry(ta[1]) is None
+    assert m.cache_hit(a + [0]) == [ta[0]]                # a's first block is still found
+    m.check()
+
+
+def test_a_hit_revives_a_cached_free_block_from_the_middle_of_the_queue():
+    m = BlockSpaceManager(4, 2, enable_prefix_caching=True)
+    m.allocate("a", 4)
+    m.cache_full_blocks("a", [1, 2, 3, 4], 4)
+    t = m.block_table("a").block_ids
+    m.free("a")
+    hit = m.cache_hit([1, 2, 3, 4, 5])
+    assert hit == t and m.blocks_to_allocate(5, hit) == 3
+    m.allocate("b", 5, cached=hit)
+    assert m.block_table("b").block_ids[:2] == t and all(m.allocator.ref_count(x) == 1 for x in t)
+    with pytest.raises(BlockError, match="not a prefix-cache hit"):
+        m.allocate("c", 3, cached=[m.block_table("b")[2]])
+    m.check()
+
+
+def test_allocator_touch_refuses_a_block_that_caches_nothing():
+    a = BlockAllocator(3)
+    a.cache = PrefixCache(2)
+    with pytest.raises(BlockError, match="holds no cached prefix"):
+        a.touch(0)
+
+
+# --- the state machine, with caching on -------------------------------------------------------
+class PrefixCachingMachine(BlockManagerMachine):
+    """The block manager's state machine (allocate / append / fork / free, a dict standing for the
+    KV cache) with prefix caching on, plus prompts from a two-token alphabet that hit each other.
+    Invariants added: each cached block's entry matches what the dict says it holds; ref counts
+    equal holders; the cached-free blocks are exactly the evictable ones (cached, ref count 0), and
+    allocation evicts them in free-queue (LRU) order."""
+
+    NB, BS = 10, 2
+
+    def __init__(self):
+        super().__init__()
+        self.m = BlockSpaceManager(self.NB, self.BS, enable_prefix_caching=True)
+
+    @rule(prompt=st.lists(st.integers(0, 1), min_size=1, max_size=9))
+    def allocate_cached(self, prompt):
+        hit = self.m.cache_hit(prompt)
+        for i, b in enumerate(hit):                           # a hit holds the prompt's own tokens
+            assert [self.cache[b * self.BS + o] for o in range(self.BS)] == prompt[i * self.BS:(i + 1) * self.BS]
+        need = self.m.blocks_to_allocate(len(prompt), hit)
+        if need > self.m.num_free_blocks:
+            with pytest.raises(Exception):
+                self.m.allocate(self.next_id, len(prompt), cached=hit)
+            return
+        new = blocks_needed(len(prompt), self.BS) - len(hit)
+        queue = [b for b in self.m.allocator.free_list() if b not in hit]
+        lru = [b for b in queue[:new] if b in self.m.cache]   # the cached-free blocks to go, in order
+        seen = len(self.m.cache.evictions)
+        seq = self.next_id
+        self.m.allocate(seq, len(prompt), cached=hit)
+        assert self.m.cache.evictions[seen:] == lru
+        self.next_id += 1
+        self.tokens[seq] = list(prompt)
+        for p, slot in enumerate(self.m.slot_mapping(seq)):
+            if p >= len(hit) * self.BS:                        # only the uncached suffix is written
+                self.cache[slot] = prompt[p]
+
+    @precondition(lambda self: self.tokens)
+    @rule(data=st.data())
+    def compute(self, data):
+        """Every token a sequence holds has its K/V written here: register its full blocks."""
+        seq = data.draw(st.sampled_from(sorted(self.tokens)))
+        self.m.cache_full_blocks(seq, self.tokens[seq], len(self.tokens[seq]))
+
+    @invariant()
+    def cache_matches_contents(self):
+        m = self.m
+        for b, e in m.cache.entries().items():
+            assert [self.cache.get(b * self.BS + o) for o in range(self.BS)] == list(e.prefix[-self.BS:])
+        cached_zero = [b for b in m.allocator.free_list() if b in m.cache]
+        assert m.allocator.cached_free() == cached_zero
+        assert set(cached_zero) == {b for b in m.cache.entries() if m.allocator.ref_count(b) == 0}
+
+
+PrefixCachingMachine.TestCase.settings = settings(max_examples=150, stateful_step_count=40, deadline=None)
+test_prefix_caching_state_machine = PrefixCachingMachine.TestCase
