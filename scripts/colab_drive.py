@@ -39,6 +39,10 @@ PANELS = {
     "07_serving": [("click", "submit", None, "any"), ("click", "step", None, "fig"), ("click", "submit", None, "any"),
                    ("click", "step", None, "fig"), ("click", "recompute", None, "none"),
                    ("click", "preempt", None, "any"), ("click", "run until idle", None, "fig")],
+    "08_prefix_caching": [("click", "submit", None, "any"), ("click", "step", None, "fig"),
+                          ("click", "submit", None, "any"), ("select", "prefix", None, "none"),
+                          ("type", "own text", "to be or not", "none"), ("click", "submit", None, "any"),
+                          ("click", "run until idle", None, "fig")],
 }
 
 
