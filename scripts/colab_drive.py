@@ -46,9 +46,15 @@ PANELS = {
 }
 
 
+# The teacher guide reads the clone's assignments/ folder and says so when run alone (it is for a
+# clone, built by `make book`; its Colab links go to the released assignments instead).
+NOT_FOR_COLAB = {"teacher_guide"}
+
+
 def chapters(root: Path) -> list[str]:
     toc = yaml.safe_load((root / "_toc.yml").read_text())
-    return [Path(toc["root"]).name] + [Path(c["file"]).name for c in toc["chapters"]]
+    names = [Path(toc["root"]).name] + [Path(c["file"]).name for c in toc["chapters"]]
+    return [n for n in names if n not in NOT_FOR_COLAB]
 
 
 def problems_in(nb) -> list[str]:
