@@ -72,3 +72,13 @@ def test_workflow_tests_builds_and_publishes_main_with_the_pages_actions():
     assert build in ([wf["jobs"][deploy]["needs"]] if isinstance(wf["jobs"][deploy]["needs"], str) else wf["jobs"][deploy]["needs"])
     assert {"pages": "write", "id-token": "write"}.items() <= wf["jobs"][deploy]["permissions"].items()
     assert any("make colab-check" in r for n, r in runs.items() if n not in (build, deploy))
+
+
+def test_colab_check_drives_every_chapter_with_a_live_panel():
+    """`make colab-check` clicks each live panel from a list; a new panel must join the list."""
+    import ast
+    src = (ROOT / "scripts" / "colab_drive.py").read_text()
+    panels = next(ast.literal_eval(n.value) for n in ast.parse(src).body
+                  if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "PANELS")
+    live = {p.stem for p in (ROOT / "book").glob("*.md") if re.search(r"^[^#\n]*show_live\(", p.read_text(), re.M)}
+    assert live and live == set(panels), f"chapters with show_live: {sorted(live)}; driven: {sorted(panels)}"
