@@ -302,7 +302,7 @@ def main(argv=None) -> int:
     panel_chapters = [n for n in names if n in PANELS]
     if panel_chapters:
         from playwright.sync_api import sync_playwright
-        proc, base = start_lab(work, dict(os.environ))
+        proc = None
         try:
             with sync_playwright() as p:
                 browser = p.chromium.launch(executable_path=os.environ.get("COLAB_CHECK_CHROMIUM") or None, headless=True,
@@ -310,6 +310,11 @@ def main(argv=None) -> int:
                                                   "--disable-background-networking", "--disable-component-update"])
                 for n in panel_chapters:
                     print(f"== {n} (JupyterLab in Chromium: Run All Cells, then the panel)", flush=True)
+                    # A fresh JupyterLab per chapter: one chapter's kernel and page cannot hold up the next.
+                    if proc is not None:
+                        proc.terminate()
+                        proc.wait(timeout=30)
+                    proc, base = start_lab(work, dict(os.environ))
                     page = browser.new_page(viewport={"width": 1280, "height": 1000})
                     page.js_errors = []
                     # Colab's "colab" renderer loads plotly.js from its CDN; serve the installed copy
@@ -336,8 +341,9 @@ def main(argv=None) -> int:
                         urllib.request.urlopen(req)
                 browser.close()
         finally:
-            proc.terminate()
-            proc.wait(timeout=30)
+            if proc is not None:
+                proc.terminate()
+                proc.wait(timeout=30)
     print(f"\ncolab-check: {len(names)} notebooks in {time.time() - t_all:.0f} s; "
           + ", ".join(f"{n} {timings.get(n, 0):.0f} s" for n in names), flush=True)
     if failures:
