@@ -11,12 +11,14 @@ STAMP  := $(VENV)/.installed
 TORCH_SPEC ?= torch==2.13.0
 JB_FLAGS ?= --all -W -n --keep-going
 
-.PHONY: help install assets book test test-fast sync assignments bench train clean
+.PHONY: help install assets book test test-fast sync setup-cells colab-check assignments bench train clean
 
 help:
 	@echo "make book   build _build/html/index.html (all chapters executed, warnings are errors)"
 	@echo "make test   run the test suite (kernels in the Triton interpreter, book build, browser)"
 	@echo "make sync   regenerate the Colab notebooks book/*.ipynb from the MyST sources book/*.md"
+	@echo "make setup-cells  rewrite the Colab set-up cells and URLs from repository.url in _config.yml"
+	@echo "make colab-check  every chapter live with Colab's packages, panels clicked in Chromium (slow, not in make test)"
 	@echo "make assignments  build the graded assignments' nbgrader sources and their release (assignments/)"
 	@echo "make bench  python -m kernels.bench"
 	@echo "make train  retrain the bundled tiny model (needs ../shared/data/tinyshakespeare.txt)"
@@ -55,8 +57,21 @@ test: $(STAMP) assets
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -m "not book and not browser"
 
+# --update keeps the notebooks' cell ids (and so Colab's and git's view of each cell) stable.
 sync: $(STAMP)
-	$(BIN)/jupytext --to ipynb --update-metadata '{"jupytext": null}' book/*.md
+	$(BIN)/jupytext --update --to ipynb --update-metadata '{"jupytext": null}' book/*.md
+
+# The set-up cells, the assignments' install lines and the README/pyproject URLs, from the one
+# repository.url in _config.yml (then `make sync` and `make assignments`).
+setup-cells: $(STAMP)
+	$(BIN)/python scripts/setup_cell.py
+
+# Colab's own package versions, a CPU torch (TORCH_SPEC, never a CUDA build), the package
+# installed by the set-up cell's pip command from this clone's HEAD, every chapter executed live,
+# every live panel clicked in JupyterLab in headless Chromium. Not part of `make test` (slow).
+CHROMIUM ?= $(shell command -v chromium || command -v chromium-browser)
+colab-check:
+	$(PYTHON) scripts/colab_check.py --venv .colab-venv --torch "$(TORCH_SPEC)" --chromium "$(CHROMIUM)"
 
 # The graded assignments: assignments/source/*/*.md -> nbgrader source notebooks -> release/
 # (nbgrader generate_assignment). See the book's teacher guide.

@@ -2,6 +2,7 @@
 
 import json
 import re
+import sys
 
 import jupytext
 import nbformat
@@ -31,11 +32,88 @@ def test_sources_have_no_outputs_and_install_from_configured_repo(src):
     cfg = yaml.safe_load((ROOT / "_config.yml").read_text())
     url = cfg["repository"]["url"]
     text = (ROOT / f"{src}.md").read_text()
-    installs = re.findall(r'"paged-kv @ git\+([^"]+)"', text)
-    assert installs == [url], f"{src}: install cell must install from {url}, found {installs}"
+    assert re.findall(r'^REPO = "([^"]+)"', text, re.M) == [url], f"{src}: set-up cell must install from {url}"
     assert "enable_custom_widget_manager" in text
     ipynb_path = ROOT / f"{src}.ipynb"
     if ipynb_path.exists():
         nb = json.loads(ipynb_path.read_text())
         assert all(not c.get("outputs") for c in nb["cells"] if c["cell_type"] == "code")
         assert nb["metadata"]["kernelspec"]["name"] == "python3"
+        # On Colab the set-up is one cell, shown as a form (its code hidden), that displays no value.
+        first = [c for c in nb["cells"] if c["cell_type"] == "code"][0]
+        src_lines = "".join(first["source"]).splitlines()
+        assert re.match(r'# @title .*\{ display-mode: "form" \}$', src_lines[0]), src_lines[0]
+        assert "remove-cell" in first["metadata"].get("tags", [])
+        assert not re.match(r"[\w.]+\(.*\)$", src_lines[-1]), f"the set-up cell's last line shows a value: {src_lines[-1]}"
+
+
+def test_setup_cells_readme_and_urls_follow_the_one_configured_url():
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import setup_cell
+    assert setup_cell.stale() == [], "run python scripts/setup_cell.py, then make sync and make assignments"
+    url = setup_cell.repo_url()
+    readme = (ROOT / "README.md").read_text()
+    for form in setup_cell._github_forms(url):
+        assert form in readme, f"README.md does not mention {form}"
+    # The generator follows a new URL everywhere (on a copy of the files).
+    fork = "https://github.com/someone/paged-kv-fork"
+    text = (ROOT / "book" / "05_paged_attention.md").read_text()
+    assert f'REPO = "{fork}"' in setup_cell.rewrite_book(text, fork)
+    assert setup_cell.rewrite_book(setup_cell.rewrite_book(text, fork), url) == text
+    assert fork in setup_cell.rewrite_urls(readme, fork, url) and url not in setup_cell.rewrite_urls(readme, fork, url)
+
+
+def _setup_code():
+    cell = [c for c in nbformat.read(ROOT / "book" / "05_paged_attention.ipynb", as_version=4).cells
+            if c.cell_type == "code"][0]
+    return cell.source.split("\nfrom paged_kv import viz")[0]   # the install part
+
+
+# Runs the set-up cell as Colab would (a stand-in google.colab, paged-kv not installed yet) in an
+# IPython shell, and prints what the reader would see.
+_COLAB_SHELL = """
+import importlib.metadata as md, io, sys, types, contextlib, subprocess
+colab = types.ModuleType("google.colab"); colab.output = types.SimpleNamespace(enable_custom_widget_manager=lambda: None)
+sys.modules["google.colab"] = colab
+real = md.distributions
+md.distributions = lambda: [d for d in real() if d.metadata["Name"] != "paged-kv"]
+MODE = sys.argv[1]
+if MODE == "restart":   # pip 'upgrades' numpy, which this kernel has imported
+    import numpy
+    calls = []
+    def fake_versions():
+        calls.append(1)
+        class D:
+            def __init__(s, n, v): s.metadata, s.version = {"Name": n}, v
+        return [D("numpy", "1.0" if len(calls) < 3 else "2.0")]
+    md.distributions = fake_versions
+    md.packages_distributions = lambda: {"numpy": ["numpy"]}
+    subprocess.run = lambda *a, **k: subprocess.CompletedProcess(a, 0, "", "")
+from IPython.core.interactiveshell import InteractiveShell
+shell = InteractiveShell.instance()
+out = io.StringIO()
+with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+    result = shell.run_cell(open(sys.argv[2]).read())
+print("ERROR" if result.error_in_exec else "OK")
+print(out.getvalue())
+"""
+
+
+@pytest.mark.parametrize("mode", ["bad-url", "restart"])
+def test_setup_cell_stops_with_one_readable_message(mode, tmp_path):
+    import os
+    import subprocess
+    import sys as _sys
+    (tmp_path / "cell.py").write_text(_setup_code())
+    (tmp_path / "shell.py").write_text(_COLAB_SHELL)
+    env = dict(os.environ, PAGED_KV_REPO=f"file://{tmp_path}/no-such-repo")
+    r = subprocess.run([_sys.executable, str(tmp_path / "shell.py"), mode, str(tmp_path / "cell.py")],
+                       capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
+    shown = r.stdout
+    assert shown.startswith("ERROR"), shown + r.stderr
+    assert "Traceback" not in shown and "CalledProcessError" not in shown, shown
+    if mode == "bad-url":
+        assert "Could not install paged-kv from paged-kv @ git+file://" in shown
+        assert "no-such-repo" in shown and "REPO" in shown and "wheel" in shown
+    else:
+        assert "upgraded numpy" in shown and "Restart the session" in shown

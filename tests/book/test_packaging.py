@@ -21,3 +21,27 @@ def test_wheel_has_every_module_and_the_checkpoint(tmp_path):
     missing = sorted(expected - names)
     assert not missing, f"missing from the wheel: {missing}"
     assert not any(n.startswith(("tests/", "book/", "scripts/")) for n in names)
+
+
+def _import_kernels(site, tmp_path):
+    import os
+    env = dict(os.environ, PYTHONPATH=f"{site}{os.pathsep}{ROOT}", TRITON_INTERPRET="1")
+    return subprocess.run([sys.executable, "-c", "import kernels, sys; print(kernels.__file__)"],
+                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+
+
+def test_import_kernels_refuses_a_folder_shared_with_the_pypi_kernels_package(tmp_path):
+    """`pip install kernels` (another project) writes into the same kernels/ folder as ours."""
+    import shutil
+    site = tmp_path / "site"
+    shutil.copytree(ROOT / "kernels", site / "kernels", ignore=shutil.ignore_patterns("__pycache__"))
+    ok = _import_kernels(site, tmp_path)        # ours alone: imports
+    assert ok.returncode == 0 and ok.stdout.strip() == str(site / "kernels" / "__init__.py"), ok.stderr
+    info = site / "kernels-0.4.0.dist-info"      # now the other distribution's record claims files there
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: kernels\nVersion: 0.4.0\n")
+    (info / "RECORD").write_text("kernels/__init__.py,,\nkernels/layer.py,,\nkernels-0.4.0.dist-info/RECORD,,\n")
+    bad = _import_kernels(site, tmp_path)
+    assert bad.returncode != 0
+    last = bad.stderr.strip().splitlines()[-1]
+    assert last.startswith("ImportError:") and "'kernels' 0.4.0" in last and "pip uninstall" in last, bad.stderr
