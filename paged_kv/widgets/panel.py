@@ -31,18 +31,19 @@ def figure_widget_or_output(fig, use_figure_widget: bool | None = None):
     return fig, w.Output()
 
 
-def show_live(panel, what: str = "This panel") -> bool:
+def show_live(panel, what: str = "This panel",
+              replay: str = "the figure below is its static replay") -> bool:
     """Display a live ipywidgets panel when a reader's kernel runs; returns whether it did.
 
     ``panel`` is the widget, or better a zero-argument function that builds it: in the static
     book the function is never called, so no widget (and no copy of plotly.js that a
     ``FigureWidget`` would store in the notebook) ends up in the page.  There a short note says
-    where the live version runs instead.
+    where the live version runs instead, and ``replay`` where the page shows a recorded run.
+    Assign the result (``_ = show_live(...)``) so a notebook does not echo it.
     """
     if is_static_build():
         display(Markdown(f"*{what} is live when you run this chapter in Jupyter or Colab "
-                         "(launch button at the top of the page); the figure below is its "
-                         "static replay.*"))
+                         f"(launch button at the top of the page); {replay}.*"))
         return False
     display(panel() if callable(panel) else panel)
     return True

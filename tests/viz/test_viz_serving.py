@@ -89,3 +89,24 @@ class _Bytes:
 
     def decode(self, ids):
         return bytes(ids).decode(errors="replace")
+
+
+def test_show_live_in_the_static_book_names_where_the_replay_is(monkeypatch):
+    """The static book never builds the panel; its note says where the recorded run is shown."""
+    from unittest import mock
+
+    from paged_kv.viz import BOOK_ENV
+    from paged_kv.widgets import panel as panel_mod
+
+    monkeypatch.setenv(BOOK_ENV, "1")
+    built = []
+    with mock.patch.object(panel_mod, "display") as shown:
+        assert panel_mod.show_live(lambda: built.append(1), "The engine panel",
+                                   replay="the figure at the top replays it") is False
+    assert built == []
+    note = shown.call_args.args[0].data
+    assert note.startswith("*The engine panel is live") and "the figure at the top replays it." in note
+    monkeypatch.setenv(BOOK_ENV, "0")
+    with mock.patch.object(panel_mod, "display") as shown:
+        assert panel_mod.show_live(lambda: "widget", "The engine panel") is True
+    assert shown.call_args.args[0] == "widget"
