@@ -101,8 +101,8 @@ def run_nbclient(path: Path, work: Path) -> tuple[float, list[str]]:
 
 # --- JupyterLab in headless Chromium --------------------------------------------------------------
 
-JS_PROMPTS = "Array.from(document.querySelectorAll('.jp-CodeCell .jp-InputArea-prompt')).map(e => e.textContent.replace(/\\s/g, ''))"
-JS_PROBLEMS = """Array.from(document.querySelectorAll('.jp-OutputArea-output')).filter(e =>
+JS_PROMPTS = "Array.from(window.jupyterapp.shell.currentWidget.node.querySelectorAll('.jp-CodeCell .jp-InputArea-prompt')).map(e => e.textContent.replace(/\\s/g, ''))"
+JS_PROBLEMS = """Array.from(window.jupyterapp.shell.currentWidget.node.querySelectorAll('.jp-OutputArea-output')).filter(e =>
     e.getAttribute('data-mime-type') === 'application/vnd.jupyter.stderr' ||
     /Error displaying widget|Failed to display Jupyter Widget|Error creating (view|widget)|model not found/.test(e.textContent))
     .map(e => e.textContent.trim().slice(0, 600))"""
@@ -206,7 +206,9 @@ class Panel:
 
 def drive_chapter(page, base: str, name: str, timeout_s: float = 1200) -> tuple[float, list[str], list[str]]:
     """Run all cells in JupyterLab, then use the chapter's panel; returns (seconds, problems, click log)."""
-    page.goto(f"{base}/lab/tree/{name}.ipynb?token={TOKEN}", wait_until="domcontentloaded")
+    # ?reset: an empty workspace, so JupyterLab does not reopen the previous chapters' notebooks
+    # (each with a kernel, and with cells that the prompt and control searches below would see).
+    page.goto(f"{base}/lab/tree/{name}.ipynb?reset&token={TOKEN}", wait_until="domcontentloaded")
     page.wait_for_selector(".jp-Notebook .jp-CodeCell", timeout=180_000)
     page.wait_for_function("window.jupyterapp && window.jupyterapp.shell.currentWidget && "
                            "window.jupyterapp.shell.currentWidget.sessionContext.session?.kernel?.status === 'idle'",
@@ -316,6 +318,7 @@ def main(argv=None) -> int:
                     if proc is not None:
                         proc.terminate()
                         proc.wait(timeout=30)
+                    shutil.rmtree(work / ".jupyter-config" / "lab" / "workspaces", ignore_errors=True)
                     proc, base = start_lab(work, dict(os.environ))
                     page = browser.new_page(viewport={"width": 1280, "height": 1000})
                     page.js_errors = []
