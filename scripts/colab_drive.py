@@ -28,7 +28,9 @@ TOKEN = "colab-check"
 PANELS = {
     "03_kv_memory": [("select", "model", None, "fig"), ("type", "context", "32768", "fig"),
                      ("select", "GPU", None, "fig"), ("select", "KV dtype", None, "fig"), ("select", "TP", None, "fig")],
-    "04_fragmentation": [("select", "policy", None, "fig"), ("select", "placement", "first-fit", "fig"),
+    # placement before policy: under the default Orca (Oracle) buddy and first-fit strips differ;
+    # under Orca (Max) every reservation is the (power-of-two) maximum and the strip is the same.
+    "04_fragmentation": [("select", "placement", "first-fit", "fig"), ("select", "policy", None, "fig"),
                          ("key", "frame", "ArrowLeft", "fig"), ("key", "req/s", "ArrowRight", "fig")],
     "05_paged_attention": [("click", "add prompt", None, "fig"), ("type", "or length", "20", "any"),
                            ("click", "add length", None, "fig"), ("click", "decode step", None, "fig"),
@@ -187,8 +189,8 @@ class Panel:
         elif kind == "select":
             options = c.evaluate("s => Array.from(s.options).map(o => o.value)")
             current = c.evaluate("s => s.value")
-            # a named choice where only some choices change the figure (ch4: first-fit and best-fit
-            # give the same strip under Orca (Max); the default buddy differs from both)
+            # a named choice where only some choices change the figure (ch4: under Orca (Oracle)
+            # first-fit and best-fit agree for the first frames; the default buddy differs from both)
             choice = value if value is not None and value != current else next((o for o in options if o != current), None)
             if choice is None:
                 raise AssertionError(f"list {label!r} offers no other choice than {current!r} (options {options})")
