@@ -32,7 +32,7 @@ PANELS = {
     # under Orca (Max) every reservation is the (power-of-two) maximum and the strip is the same.
     "04_fragmentation": [("select", "placement", "first-fit", "fig"), ("select", "policy", None, "fig"),
                          ("key", "frame", "ArrowLeft", "fig"), ("key", "req/s", "ArrowRight", "fig")],
-    "05_paged_attention": [("click", "add prompt", None, "fig"), ("type", "or length", "20", "any"),
+    "05_paged_attention": [("click", "add prompt", None, "fig"), ("type", "or length", "20", "none"),
                            ("click", "add length", None, "fig"), ("click", "decode step", None, "fig"),
                            ("select", "request", None, "none"), ("click", "finish", None, "fig"),
                            ("click", "finish", None, "fig"), ("click", "add prompt", None, "fig")],
