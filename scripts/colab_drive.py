@@ -7,6 +7,7 @@ Usage (colab_check.py calls it): ``python scripts/colab_drive.py <clone> [--only
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import os
 import shutil
@@ -127,7 +128,7 @@ def start_lab(work: Path, env: dict) -> tuple[subprocess.Popen, str]:
         try:
             urllib.request.urlopen(f"{base}/api/status?token={TOKEN}", timeout=2)
             return proc, base
-        except OSError:
+        except (OSError, http.client.HTTPException):   # not up yet, or another process answered first
             time.sleep(0.5)
     proc.terminate()
     raise RuntimeError(f"JupyterLab did not start; see {work / 'jupyterlab.log'}")
