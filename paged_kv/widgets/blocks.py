@@ -19,13 +19,12 @@ from __future__ import annotations
 import html
 
 import ipywidgets as w
-from IPython.display import display
 
 from ..engine import LiveRequests
 from ..model import SamplingParams, load_tiny_model
 from ..viz.blocks import blocks_figure, refresh_blocks_figure
 from ..viz.sharing import refresh_sharing_figure, sharing_figure
-from .panel import button_action, figure_widget_or_output, status_html
+from .panel import button_action, figure_widget_or_output, status_html, update_figure
 
 __all__ = ["block_panel"]
 
@@ -62,12 +61,8 @@ def block_panel(model=None, tokenizer=None, num_blocks: int = 24, block_size: in
     status = w.HTML(layout=w.Layout(height="7.5em", overflow="auto"))   # fixed: the figure stays put
 
     def redraw(note: str = "") -> None:
-        if out is None:
-            refresh(fig, live.history.snapshots, title)
-        else:
-            out.clear_output(wait=True)
-            with out:
-                display(draw(live.history.snapshots, title=title, replay=False))
+        update_figure(fig, out, lambda f: refresh(f, live.history.snapshots, title),
+                      lambda: draw(live.history.snapshots, title=title, replay=False))
         chosen = which.value
         which.options = [(f"request {s}" + (" (waiting)" if s in live.waiting else ""), s) for s in live.requests]
         if live.requests:             # ipywidgets 8 leaves the value None when options change

@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import ipywidgets as w
 import numpy as np
-from IPython.display import display
 
 from ..defaults import BLOCK_SIZE
 from ..sim import PAPER_SETUP, PLACEMENTS, ServingSetup, SimResult
 from ..viz.fragmentation import refresh_strip, strip_figure
-from .panel import figure_widget_or_output
+from .panel import figure_widget_or_output, update_figure
 
 POLICY_NAMES = {"Orca (Max)": "max", "Orca (Pow2)": "pow2", "Orca (Oracle)": "oracle", "paged": "paged"}
 BLOCK_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
@@ -70,12 +69,8 @@ def strip_panel(setup: ServingSetup = PAPER_SETUP, num_requests: int = 300, fram
 
     def redraw() -> None:
         i = min(when.value, len(state["res"].layouts) - 1)
-        if out is None:
-            refresh_strip(fig, state["runs"], i, title)
-        else:
-            out.clear_output(wait=True)
-            with out:
-                display(strip_figure(state["runs"], title=title, active=i, replay=False))
+        update_figure(fig, out, lambda f: refresh_strip(f, state["runs"], i, title),
+                      lambda: strip_figure(state["runs"], title=title, active=i, replay=False))
 
     def on_setting(_):
         simulate_now()

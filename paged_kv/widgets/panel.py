@@ -11,7 +11,7 @@ from IPython.display import Markdown, display
 from ..errors import PagedKVError
 from ..viz import is_static_build
 
-__all__ = ["button_action", "figure_widget_or_output", "show_live", "status_html"]
+__all__ = ["button_action", "figure_widget_or_output", "show_live", "status_html", "update_figure"]
 
 
 def figure_widget_or_output(fig, use_figure_widget: bool | None = None):
@@ -29,6 +29,18 @@ def figure_widget_or_output(fig, use_figure_widget: bool | None = None):
             if use_figure_widget:
                 raise
     return fig, w.Output()
+
+
+def update_figure(fig, out, refresh, build) -> None:
+    """Redraw a panel's figure after a change: in place through ``refresh(fig)`` when ``out`` is
+    ``None`` (a ``FigureWidget``, see :func:`figure_widget_or_output`), else by replacing the
+    Output's contents with the figure ``build()`` returns."""
+    if out is None:
+        refresh(fig)
+    else:
+        out.clear_output(wait=True)
+        with out:
+            display(build())
 
 
 def show_live(panel, what: str = "This panel",

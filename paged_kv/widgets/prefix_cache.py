@@ -9,12 +9,11 @@ engine, watch hits light up, cached-free blocks wait and the least recently used
 from __future__ import annotations
 
 import ipywidgets as w
-from IPython.display import display
 
 from ..engine import EngineConfig, LLMEngine
 from ..model import SamplingParams, load_tiny_model
 from ..viz.prefix_cache import prefix_pool_figure, refresh_prefix_pool_figure
-from .panel import button_action, figure_widget_or_output, status_html
+from .panel import button_action, figure_widget_or_output, status_html, update_figure
 
 __all__ = ["SYSTEM_PROMPTS", "prefix_cache_panel"]
 
@@ -54,12 +53,8 @@ def prefix_cache_panel(model=None, tokenizer=None, config: EngineConfig | None =
     status = w.HTML()
 
     def redraw(note: str = "") -> None:
-        if out is None:
-            refresh_prefix_pool_figure(fig, engine.records, title)
-        else:
-            out.clear_output(wait=True)
-            with out:
-                display(prefix_pool_figure(engine.records, title, replay=False))
+        update_figure(fig, out, lambda f: refresh_prefix_pool_figure(f, engine.records, title),
+                      lambda: prefix_pool_figure(engine.records, title, replay=False))
         st = engine.stats
         rate = "" if not st.prefix_queries else (f"hit rate {st.prefix_hits}/{st.prefix_queries} prompt tokens "
                                                  f"= {st.prefix_hit_rate:.0%}<br>")

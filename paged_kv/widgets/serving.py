@@ -10,13 +10,12 @@ a refused request (admission "never") or any other error is shown, and changes n
 from __future__ import annotations
 
 import ipywidgets as w
-from IPython.display import display
 
 from ..engine import EngineConfig, LLMEngine
 from ..errors import PagedKVError
 from ..model import SamplingParams, load_tiny_model
 from ..viz.serving import refresh_serving_figure, serving_figure
-from .panel import button_action, figure_widget_or_output, status_html
+from .panel import button_action, figure_widget_or_output, status_html, update_figure
 
 __all__ = ["serving_panel"]
 
@@ -50,12 +49,8 @@ def serving_panel(model=None, tokenizer=None, config: EngineConfig | None = None
     status = w.HTML()
 
     def redraw(note: str = "") -> None:
-        if out is None:
-            refresh_serving_figure(fig, engine.records, title)
-        else:
-            out.clear_output(wait=True)
-            with out:
-                display(serving_figure(engine.records, title, replay=False))
+        update_figure(fig, out, lambda f: refresh_serving_figure(f, engine.records, title),
+                      lambda: serving_figure(engine.records, title, replay=False))
         keep = which.value
         which.options = [str(r.request_id) for r in engine.scheduler.running]
         if which.options:                        # keep the selection, or pick the first running request
