@@ -11,7 +11,7 @@ from IPython.display import Markdown, display
 from ..errors import PagedKVError
 from ..viz import is_static_build
 
-__all__ = ["button_action", "figure_widget_or_output", "show_live", "status_html", "update_figure"]
+__all__ = ["button_action", "figure_widget_or_output", "run_until_idle", "show_live", "status_html", "update_figure"]
 
 
 def figure_widget_or_output(fig, use_figure_widget: bool | None = None):
@@ -29,6 +29,17 @@ def figure_widget_or_output(fig, use_figure_widget: bool | None = None):
             if use_figure_widget:
                 raise
     return fig, w.Output()
+
+
+def run_until_idle(engine, max_steps: int = 500) -> None:
+    """A panel's "run until idle" button: step an ``LLMEngine`` until no request is unfinished
+    (at most ``max_steps`` steps, so a click always returns), checking the scheduler's invariants
+    after every step."""
+    for _ in range(max_steps):
+        if not engine.has_unfinished_requests():
+            break
+        engine.step()
+        engine.scheduler.check()
 
 
 def update_figure(fig, out, refresh, build) -> None:

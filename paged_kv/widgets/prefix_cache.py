@@ -13,7 +13,7 @@ import ipywidgets as w
 from ..engine import EngineConfig, LLMEngine
 from ..model import SamplingParams, load_tiny_model
 from ..viz.prefix_cache import prefix_pool_figure, refresh_prefix_pool_figure
-from .panel import button_action, figure_widget_or_output, status_html, update_figure
+from .panel import button_action, figure_widget_or_output, run_until_idle, status_html, update_figure
 
 __all__ = ["SYSTEM_PROMPTS", "prefix_cache_panel"]
 
@@ -67,16 +67,9 @@ def prefix_cache_panel(model=None, tokenizer=None, config: EngineConfig | None =
                                  request_id=f"R{len(engine.outputs())}")
         return f"request {rid} is waiting"
 
-    def run_all():
-        for _ in range(500):
-            if not engine.has_unfinished_requests():
-                break
-            engine.step()
-            engine.scheduler.check()
-
     add.on_click(button_action(submit, redraw))
     step.on_click(button_action(lambda: engine.step() and None, redraw))
-    run.on_click(button_action(run_all, redraw))
+    run.on_click(button_action(lambda: run_until_idle(engine), redraw))
     redraw()
     panel = w.VBox([w.HBox([prefix, own]), w.HBox([max_tokens, add, step, run]), status,
                     fig if out is None else out])

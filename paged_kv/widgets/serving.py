@@ -15,7 +15,7 @@ from ..engine import EngineConfig, LLMEngine
 from ..errors import PagedKVError
 from ..model import SamplingParams, load_tiny_model
 from ..viz.serving import refresh_serving_figure, serving_figure
-from .panel import button_action, figure_widget_or_output, status_html, update_figure
+from .panel import button_action, figure_widget_or_output, run_until_idle, status_html, update_figure
 
 __all__ = ["serving_panel"]
 
@@ -74,16 +74,9 @@ def serving_panel(model=None, tokenizer=None, config: EngineConfig | None = None
         used = engine.scheduler.preempt(_request_id(engine, which.value), mode.value)
         return f"request {which.value} preempted by {used}"
 
-    def run_all():
-        for _ in range(500):
-            if not engine.has_unfinished_requests():
-                break
-            engine.step()
-            engine.scheduler.check()
-
     add.on_click(act(submit))
     step.on_click(act(lambda: engine.step() and None))
-    run.on_click(act(run_all))
+    run.on_click(act(lambda: run_until_idle(engine)))
     preempt.on_click(act(preempt_selected))
     redraw()
     panel = w.VBox([w.HBox([prompt, max_tokens, n, add]), w.HBox([step, run, which, preempt]), mode,
