@@ -90,7 +90,8 @@ def check_prompts(model: TinyLlama, prompts, max_new_tokens: int) -> list[list[i
         try:
             p = [_token_id(t) for t in p]
         except TypeError:
-            raise PromptError(f"prompt {i} must hold integer token ids, got {list(p)[:8]!r}") from None
+            hint = " (one prompt? wrap it in a list: [ids])" if isinstance(p, int) else ""
+            raise PromptError(f"prompt {i} must be a list of integer token ids, got {p!r:.40}{hint}") from None
         if not p:
             raise PromptError(f"prompt {i} is empty; a prompt needs at least one token")
         bad = [t for t in p if not 0 <= t < model.cfg.vocab_size]

@@ -115,6 +115,8 @@ def test_unknown_mode_and_backend_raise(small_model):
     ([[1, float("nan")]], 5, PromptError, "integer token ids"),
     ([[1, True]], 5, PromptError, "integer token ids"),
     ([[1]], True, ConfigError, "max_new_tokens"),
+    ([5, 7, 9], 3, PromptError, r"prompt 0 .* got 5 \(one prompt\? wrap it in a list"),  # a flat list of ids
+    ([None], 3, PromptError, "prompt 0 must be a list of integer token ids, got None"),
 ])
 def test_non_integer_input_raises(small_model, prompts, n, err, match):
     with pytest.raises(err, match=match):
