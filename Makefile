@@ -51,11 +51,14 @@ book: $(STAMP) assets
 	PAGED_KV_BOOK=1 $(BIN)/jupyter-book build . $(JB_FLAGS)
 	@echo "Open _build/html/index.html"
 
+# One pytest worker per core (-n auto); the tests that share the built book stay on one worker
+# (--dist loadgroup), and tests/conftest.py gives each worker's torch its share of the cores.
+PYTEST_PAR ?= -n auto --dist loadgroup
 test: $(STAMP) assets
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest $(PYTEST_PAR)
 
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -m "not book and not browser"
+	$(BIN)/python -m pytest $(PYTEST_PAR) -m "not book and not browser"
 
 # --update keeps the notebooks' cell ids (and so Colab's and git's view of each cell) stable.
 sync: $(STAMP)

@@ -9,10 +9,26 @@ import os
 if os.environ.get("PAGED_KV_TEST_CUDA", "0") in ("", "0"):
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+# Under `make test` (pytest-xdist, one worker per core) each worker and the notebook kernels it
+# starts get their share of the cores, instead of every torch spinning a thread per core.
+if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
+    _share = max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))
+    os.environ.setdefault("OMP_NUM_THREADS", str(_share))
+
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from paged_kv.model import ModelConfig, TinyLlama  # noqa: E402
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """For ``--dist loadgroup``: a test file runs on one worker (its module fixtures are built once),
+    and every test that uses the built book shares one worker (the book is built once)."""
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            group = "built_book" if "built_book" in item.fixturenames else item.nodeid.split("::")[0]
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.fixture(scope="session")
