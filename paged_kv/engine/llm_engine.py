@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Hashable, Sequence
 
 from ..blocks import Event, rename_sequences, snapshot
@@ -205,6 +205,16 @@ class EngineStats:
     prefix_queries: int = 0
     prefix_hits: int = 0
 
+    def __repr__(self) -> str:
+        """The counters, and each per-step list as its length (``print(engine.stats)`` stays short;
+        the lists themselves are attributes)."""
+        parts = []
+        for f in fields(self):
+            value = getattr(self, f.name)
+            parts.append(f"{f.name}=[{len(value)} per-step values]" if isinstance(value, list) else
+                         f"{f.name}={value:.4g}" if isinstance(value, float) else f"{f.name}={value!r}")
+        return f"EngineStats({', '.join(parts)})"
+
     @property
     def prefix_hit_rate(self) -> float:
         """Prompt tokens found in the prefix cache / looked up (``nan`` before any lookup)."""
@@ -266,7 +276,8 @@ class LLMEngine:
             ``swap_time(num_blocks, block_size)`` (:class:`paged_kv.engine.serving.SwapTime`).
 
     Raises:
-        ConfigError: neither a model nor a timing model, or a bad config.
+        ConfigError: neither a model nor a timing model, a bad config, or a ``max_model_len`` beyond
+            the model's ``max_seq_len``.
     """
 
     def __init__(self, model=None, config: EngineConfig | None = None, tokenizer=None,
@@ -276,6 +287,10 @@ class LLMEngine:
             raise ConfigError(f"config must be an EngineConfig, got {self.config!r}")
         self.model, self.tokenizer = model, tokenizer
         if model is not None:
+            limit = getattr(getattr(model, "cfg", None), "max_seq_len", None)
+            if limit is not None and self.config.max_model_len is not None and self.config.max_model_len > limit:
+                raise ConfigError(f"max_model_len = {self.config.max_model_len:,} tokens is more than the model's "
+                                  f"max_seq_len {limit:,} (model.cfg.max_seq_len): it has no positions beyond")
             per_block = self.config.block_size * kv_bytes_per_token(model.cfg, KV_DTYPE_NAMES[model.dtype])
             sc = self.config.scheduler_config(per_block)
             self.runner = ModelRunner(model, sc.num_gpu_blocks, sc.block_size, sc.num_cpu_blocks,

@@ -246,6 +246,10 @@ def test_metrics(tiny):
     s = e.stats
     assert s.generated == 10 and s.throughput > 0 and 0 < s.peak_kv_usage <= 1
     assert len(s.kv_usage) == len(s.running) == s.steps
+    # printing the stats shows the counters and the per-step lists' lengths, not every value
+    text = repr(s)
+    assert "generated=10" in text and f"kv_usage=[{s.steps} per-step values]" in text
+    assert str(s.kv_usage[0]) not in text.replace(f"[{s.steps} per", "")
 
 
 def test_errors(tiny):
@@ -293,6 +297,10 @@ def test_errors_a_student_meets(tiny):
         assert out.token_ids == want
     with pytest.raises(ConfigError, match="num_blocks=1000000000 .* cannot be allocated"):
         LLMEngine(model, EngineConfig(block_size=4, num_gpu_blocks=10**9))
+    # a max_model_len the model has no positions for is refused at once, not when a long prompt comes
+    with pytest.raises(ConfigError, match="max_model_len = 1,000,000 .* max_seq_len 512"):
+        LLMEngine(model, EngineConfig(num_gpu_blocks=16, max_model_len=10**6))
+    assert LLMEngine(model, EngineConfig(num_gpu_blocks=16, max_model_len=model.cfg.max_seq_len))
 
 
 def test_memory_budget_in_bytes(tiny):

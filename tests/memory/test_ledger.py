@@ -278,6 +278,20 @@ def test_format_bytes_keeps_gib_and_gb_apart():
         format_bytes(1, "gigs")
 
 
+@pytest.mark.parametrize("bad", ["x", None, True, float("nan"), float("inf"), [1]])
+def test_format_bytes_refuses_what_is_not_a_byte_count(bad):
+    with pytest.raises(ConfigError, match="finite number of bytes"):
+        format_bytes(bad)
+
+
+def test_format_bytes_signs_a_difference_but_never_prints_minus_zero():
+    import numpy as np
+    assert format_bytes(-5) == "0.00 GiB (0.00 GB)" and format_bytes(-5, "KiB") == "0.00 KiB"
+    assert format_bytes(-3 * GiB) == "-3.00 GiB (-3.22 GB)"
+    assert format_bytes(-2048, "auto") == "-2.00 KiB (-2.05 KB)"
+    assert format_bytes(np.int64(2048), "auto") == format_bytes(2048, "auto") == "2.00 KiB (2.05 KB)"
+
+
 # --- properties over random shapes ------------------------------------------------------------
 from hypothesis import given, settings, strategies as st
 
