@@ -51,9 +51,10 @@ book: $(STAMP) assets
 	PAGED_KV_BOOK=1 $(BIN)/jupyter-book build . $(JB_FLAGS)
 	@echo "Open _build/html/index.html"
 
-# One pytest worker per core (-n auto); the tests that share the built book stay on one worker
-# (--dist loadgroup), and tests/conftest.py gives each worker's torch its share of the cores.
-PYTEST_PAR ?= -n auto --dist loadgroup
+# One pytest worker per core (-n auto); a test file, and the tests that share the built book, stay
+# on one worker (--dist loadgroup); the files with slow tests start first (tests/conftest.py orders
+# them, --no-loadscope-reorder keeps that order); each worker's torch gets its share of the cores.
+PYTEST_PAR ?= -n auto --dist loadgroup --no-loadscope-reorder
 test: $(STAMP) assets
 	$(BIN)/python -m pytest $(PYTEST_PAR)
 

@@ -21,14 +21,27 @@ import torch  # noqa: E402
 from paged_kv.model import ModelConfig, TinyLlama  # noqa: E402
 
 
+# Marks of the tests that take minutes: under `make test` their files start first, so that the
+# two workers do not end with one of them alone on a long test (xdist's default order puts the
+# files with the most tests first, and these have few).
+SLOW_MARKS = ("book", "browser", "assignments", "slow")
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     """For ``--dist loadgroup``: a test file runs on one worker (its module fixtures are built once),
-    and every test that uses the built book shares one worker (the book is built once)."""
+    every test that uses the built book shares one worker (the book is built once), and the groups
+    with a slow test come first (``make test`` passes ``--no-loadscope-reorder`` to keep this order)."""
+    groups = {}
     for item in items:
         if item.get_closest_marker("xdist_group") is None:
             group = "built_book" if "built_book" in item.fixturenames else item.nodeid.split("::")[0]
             item.add_marker(pytest.mark.xdist_group(group))
+        name = item.get_closest_marker("xdist_group").args[0]
+        slow = any(item.get_closest_marker(m) for m in SLOW_MARKS)
+        groups[name] = groups.get(name, False) or slow
+    order = {id(item): k for k, item in enumerate(items)}
+    items.sort(key=lambda item: (not groups[item.get_closest_marker("xdist_group").args[0]], order[id(item)]))
 
 
 @pytest.fixture(scope="session")

@@ -51,6 +51,7 @@ def test_head_dim_8_matches_the_references():
     torch.testing.assert_close(got[1], want[1])
 
 
+@pytest.mark.slow
 def test_every_kernel_compiles_for_sm75_sm80_sm90(tmp_path):
     env = {**os.environ, "TRITON_INTERPRET": "0", "TRITON_CACHE_DIR": str(tmp_path / "triton-cache"),
            "TRITON_DEFAULT_FP_FUSION": "1", "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
