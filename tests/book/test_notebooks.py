@@ -117,3 +117,19 @@ def test_setup_cell_stops_with_one_readable_message(mode, tmp_path):
         assert "no-such-repo" in shown and "REPO" in shown and "wheel" in shown
     else:
         assert "upgraded numpy" in shown and "Restart the session" in shown
+
+
+@pytest.mark.parametrize("venv", [".venv", ".colab-venv", "venv", "my-env"])
+def test_the_book_build_skips_virtual_environments_in_the_clone(venv, tmp_path):
+    """`make colab-check` leaves .colab-venv in the clone (and readers make their own venvs there):
+    the strict build (-W) must not read their thousands of README/LICENSE files as pages."""
+    from sphinx.util.matching import get_matching_files
+
+    (tmp_path / "book").mkdir()
+    (tmp_path / "book" / "intro.md").write_text("# intro\n")
+    site = tmp_path / venv / "lib" / "python3.11" / "site-packages" / "pkg"
+    site.mkdir(parents=True)
+    (site / "README.md").write_text("# not a page\n")
+    (tmp_path / venv / "lib64").symlink_to(tmp_path / venv / "lib")   # as python -m venv makes it
+    patterns = yaml.safe_load((ROOT / "_config.yml").read_text())["exclude_patterns"]
+    assert sorted(get_matching_files(tmp_path, ("**.md",), patterns)) == ["book/intro.md"]
