@@ -117,7 +117,8 @@ def attention_triangle_figure(mode: str, t_values: Sequence[int] = tuple(range(2
                            layout=dict(title=dict(text=_counts(t, mode))))
                   for t in t_values]
     add_replay_controls(fig, frame_steps([f"t={t}" for t in t_values], [str(t) for t in t_values]), active,
-                        dict(prefix="step t = "), frame_ms=700, pad_top=10)
+                        dict(prefix="step t = "), frame_ms=700, pad_top=10,
+                        slider=dict(pad=dict(t=10, l=60)))   # clear of the play button at any width
     fig.update_layout(
         title=dict(text=_counts(t0, mode), font=dict(size=13)), height=600,
         margin=dict(l=40, r=10, t=85, b=210), plot_bgcolor="#D8D8D8",
