@@ -51,10 +51,11 @@ book: $(STAMP) assets
 	PAGED_KV_BOOK=1 $(BIN)/jupyter-book build . $(JB_FLAGS)
 	@echo "Open _build/html/index.html"
 
-# One pytest worker per core (-n auto); a test file, and the tests that share the built book, stay
-# on one worker (--dist loadgroup); the files with slow tests start first (tests/conftest.py orders
-# them, --no-loadscope-reorder keeps that order); each worker's torch gets its share of the cores.
-PYTEST_PAR ?= -n auto --dist loadgroup --no-loadscope-reorder
+# One pytest worker per core (-n auto). --dist loadscope with the scopes of tests/conftest.py: a
+# test file stays on one worker, the files that read the built book share one; the files with slow
+# tests start first (--no-loadscope-reorder keeps that order); each worker's torch gets its share
+# of the cores.
+PYTEST_PAR ?= -n auto --dist loadscope --no-loadscope-reorder
 test: $(STAMP) assets
 	$(BIN)/python -m pytest $(PYTEST_PAR)
 

@@ -21,27 +21,58 @@ import torch  # noqa: E402
 from paged_kv.model import ModelConfig, TinyLlama  # noqa: E402
 
 
-# Marks of the tests that take minutes: under `make test` their files start first, so that the
-# two workers do not end with one of them alone on a long test (xdist's default order puts the
-# files with the most tests first, and these have few).
+# ---------------------------------------------------------------------------------------------
+# `make test` runs pytest-xdist, one worker per core, with `--dist loadscope` and the scopes below:
+# a test file runs on one worker (its module fixtures are built once), and every file that uses the
+# built book shares one worker (the book is built once).  (xdist's own `loadgroup` marks do not
+# reach the scheduler under pytest 9: tried, each test went its own way.)  The files with a test
+# that takes minutes come first (`--no-loadscope-reorder` keeps this order; xdist's default puts
+# the files with the most tests first, and these have few), so that the two workers do not end
+# with one of them alone on a long test.
+# ---------------------------------------------------------------------------------------------
 SLOW_MARKS = ("book", "browser", "assignments", "slow")
 
 
-@pytest.hookimpl(tryfirst=True)
+def _uses_built_book(path: str) -> bool:
+    if path not in _BUILT_BOOK:
+        file = ROOT / path
+        _BUILT_BOOK[path] = file.name.startswith("test_") and "built_book" in file.read_text()
+    return _BUILT_BOOK[path]
+
+
+_BUILT_BOOK: dict[str, bool] = {}
+
+
+def worker_scope(nodeid: str) -> str:
+    """The worker scope of a test: ``"built_book"`` for the files that use the built book, else its file."""
+    path = nodeid.split("::")[0]
+    return "built_book" if _uses_built_book(path) else path
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """Under ``--dist loadscope``, schedule by :func:`worker_scope` (any other mode: xdist's own)."""
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ScopeScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return worker_scope(nodeid)
+
+    return ScopeScheduling(config, log)
+
+
 def pytest_collection_modifyitems(config, items):
-    """For ``--dist loadgroup``: a test file runs on one worker (its module fixtures are built once),
-    every test that uses the built book shares one worker (the book is built once), and the groups
-    with a slow test come first (``make test`` passes ``--no-loadscope-reorder`` to keep this order)."""
-    groups = {}
+    """The scopes that hold a slow test first (the built book, the longest, before them), each
+    test's order otherwise kept."""
+    slow = {}
     for item in items:
-        if item.get_closest_marker("xdist_group") is None:
-            group = "built_book" if "built_book" in item.fixturenames else item.nodeid.split("::")[0]
-            item.add_marker(pytest.mark.xdist_group(group))
-        name = item.get_closest_marker("xdist_group").args[0]
-        slow = any(item.get_closest_marker(m) for m in SLOW_MARKS)
-        groups[name] = groups.get(name, False) or slow
+        scope = worker_scope(item.nodeid)
+        slow[scope] = slow.get(scope, False) or any(item.get_closest_marker(m) for m in SLOW_MARKS)
     order = {id(item): k for k, item in enumerate(items)}
-    items.sort(key=lambda item: (not groups[item.get_closest_marker("xdist_group").args[0]], order[id(item)]))
+    items.sort(key=lambda item: (not slow[worker_scope(item.nodeid)], worker_scope(item.nodeid) != "built_book",
+                                 order[id(item)]))
 
 
 @pytest.fixture(scope="session")
