@@ -286,13 +286,21 @@ class LLMEngine:
         if not isinstance(self.config, EngineConfig):
             raise ConfigError(f"config must be an EngineConfig, got {self.config!r}")
         self.model, self.tokenizer = model, tokenizer
+        if model is not None and not (hasattr(model, "cfg") and hasattr(model, "dtype") and callable(model)):
+            raise ConfigError(f"model must be a TinyLlama (e.g. from load_tiny_model()), got {type(model).__name__}"
+                              " (model and tokenizer swapped?)" if hasattr(model, "decode") and not isinstance(model, str) else
+                              f"model must be a TinyLlama (e.g. from load_tiny_model()), got {model!r:.60}")
+        if tokenizer is not None and not (callable(getattr(tokenizer, "encode", None)) and
+                                          callable(getattr(tokenizer, "decode", None))) or isinstance(tokenizer, str):
+            raise ConfigError(f"tokenizer must have encode() and decode() (e.g. from load_tiny_model()), got {tokenizer!r:.60}")
         if model is not None:
-            limit = getattr(getattr(model, "cfg", None), "max_seq_len", None)
-            if limit is not None and self.config.max_model_len is not None and self.config.max_model_len > limit:
-                raise ConfigError(f"max_model_len = {self.config.max_model_len:,} tokens is more than the model's "
-                                  f"max_seq_len {limit:,} (model.cfg.max_seq_len): it has no positions beyond")
-            per_block = self.config.block_size * kv_bytes_per_token(model.cfg, KV_DTYPE_NAMES[model.dtype])
+            block_size = count("block_size (tokens)", self.config.block_size, 1)
+            per_block = block_size * kv_bytes_per_token(model.cfg, KV_DTYPE_NAMES[model.dtype])
             sc = self.config.scheduler_config(per_block)
+            limit = model.cfg.max_seq_len
+            if sc.max_model_len is not None and sc.max_model_len > limit:
+                raise ConfigError(f"max_model_len = {sc.max_model_len:,} tokens is more than the model's "
+                                  f"max_seq_len {limit:,} (model.cfg.max_seq_len): it has no positions beyond")
             self.runner = ModelRunner(model, sc.num_gpu_blocks, sc.block_size, sc.num_cpu_blocks,
                                       self.config.backend)
         elif iteration_time is not None:
@@ -356,9 +364,7 @@ class LLMEngine:
         """
         params = _check_params(params)
         ids = self._encode(prompt)
-        if self.model is not None and len(ids) + params.max_tokens > self.model.cfg.max_seq_len:
-            raise PromptError(f"prompt {len(ids)} + max_tokens {params.max_tokens} tokens exceed the "
-                              f"model's max_seq_len {self.model.cfg.max_seq_len}")
+        self._check_length(ids, params)
         if request_id is None:
             while self._next_id in self._outputs:
                 self._next_id += 1
@@ -474,9 +480,11 @@ class LLMEngine:
         return [self._outputs[i] for i in ids]
 
     def check_admissible(self, prompt, params: SamplingParams | None = None) -> None:
-        """Raise :class:`AdmissionError` (with the reason) if ``prompt`` could never run here;
-        the same check :meth:`add_request` makes."""
+        """Raise :class:`AdmissionError` (with the reason) if ``prompt`` could never run here, or
+        :class:`PromptError` if it is not a valid prompt for the model (too long for its
+        ``max_seq_len`` included): the same checks :meth:`add_request` makes, without queueing."""
         params = _check_params(params)
+        self._check_length(self._encode(prompt), params)
         verdict = self.scheduler.admission(Request("?", self._encode(prompt), params.n, params.max_tokens))
         if verdict.verdict == "never":
             raise AdmissionError(f"prompt of {len(self._encode(prompt))} tokens can never run: {verdict.reason}")
@@ -496,6 +504,11 @@ class LLMEngine:
         return list(self._outputs.values())
 
     # --- helpers ------------------------------------------------------------------------------
+    def _check_length(self, ids: list[int], params: SamplingParams) -> None:
+        if self.model is not None and len(ids) + params.max_tokens > self.model.cfg.max_seq_len:
+            raise PromptError(f"prompt {len(ids)} + max_tokens {params.max_tokens} tokens exceed the "
+                              f"model's max_seq_len {self.model.cfg.max_seq_len}")
+
     def seq_name(self, seq_id: int) -> str:
         """A sequence's name in figures: ``"<request>"`` for a leader, ``"<request>.<i>"`` for sample i."""
         for req in self.scheduler.requests.values():

@@ -272,7 +272,7 @@ def test_errors(tiny):
 
 def test_errors_a_student_meets(tiny):
     """Found by trying the engine as a new user: each names the bad value, and the engine stays usable."""
-    model, _ = tiny
+    model, tok = tiny
     e = engine(model, num_gpu_blocks=30, max_num_seqs=2)
     with pytest.raises(AdmissionError, match="n = 3 .* max_num_seqs = 2"):   # used to wedge every later step
         e.add_request([1, 2], SamplingParams(max_tokens=3, n=3, temperature=1.0, seed=0))
@@ -301,6 +301,27 @@ def test_errors_a_student_meets(tiny):
     with pytest.raises(ConfigError, match="max_model_len = 1,000,000 .* max_seq_len 512"):
         LLMEngine(model, EngineConfig(num_gpu_blocks=16, max_model_len=10**6))
     assert LLMEngine(model, EngineConfig(num_gpu_blocks=16, max_model_len=model.cfg.max_seq_len))
+    for bad, words in ((dict(max_model_len="512"), "max_model_len .* got '512'"), (dict(max_model_len=1e9), "1000000000.0"),
+                       (dict(block_size=None), "block_size .* got None")):
+        with pytest.raises(ConfigError, match=words):
+            LLMEngine(model, EngineConfig(num_gpu_blocks=16, **bad))
+    with pytest.raises(ConfigError, match="TinyLlama .* got 'tiny'"):
+        LLMEngine("tiny", EngineConfig(num_gpu_blocks=16))
+    with pytest.raises(ConfigError, match="ByteTokenizer .* swapped"):
+        LLMEngine(tok, EngineConfig(num_gpu_blocks=16), tokenizer=model)
+    with pytest.raises(ConfigError, match="encode"):
+        LLMEngine(model, EngineConfig(num_gpu_blocks=16), tokenizer="x")
+
+
+def test_generate_queues_nothing_when_a_later_prompt_is_too_long(tiny):
+    """Found by a new-user trial: the first prompt used to be queued, and ran in the next call."""
+    model, tok = tiny
+    e = engine(model, tok, num_gpu_blocks=400)
+    with pytest.raises(PromptError, match="600 .* max_seq_len 512"):
+        e.generate(["short", "x" * 600], SamplingParams(max_tokens=4))
+    assert not e.has_unfinished_requests() and e.outputs() == []
+    (out,) = e.generate(["again"], SamplingParams(max_tokens=3))
+    assert e.stats.generated == 3 and [o.request_id for o in e.outputs()] == [out.request_id]
 
 
 def test_memory_budget_in_bytes(tiny):
