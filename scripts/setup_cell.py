@@ -7,7 +7,7 @@ From it this script writes
   turns on Colab's widget manager; everywhere it picks plotly's renderer.  Colab shows it as a
   form (``@title``), the book removes it (``remove-cell``);
 * the install lines of every assignment's locked set-up cell (``assignments/source/*/*.md``);
-* the URLs in ``README.md`` and ``pyproject.toml``.
+* the URLs in ``README.md``, ``pyproject.toml`` and the chapters' text (the teacher guide's ``git clone``).
 
 Usage: ``python scripts/setup_cell.py`` rewrites what differs (then regenerate the notebooks:
 ``make sync`` and ``make assignments``); ``--check`` only lists what differs (exit 1), as the
@@ -134,9 +134,15 @@ def rewrite_urls(text: str, url: str, old: str | None = None) -> str:
     return text
 
 
+def rewrite_book_and_urls(text: str, url: str) -> str:
+    """A chapter: its set-up cell, and the repository's URL where its prose or code shows it (the
+    teacher guide's ``git clone``)."""
+    return rewrite_urls(rewrite_book(text, url), url)
+
+
 def targets(root: Path = ROOT):
     """``(path, rewrite)`` for every file this script writes."""
-    out = [(p, rewrite_book) for p in sorted((root / "book").glob("*.md"))]
+    out = [(p, rewrite_book_and_urls) for p in sorted((root / "book").glob("*.md"))]
     out += [(p, rewrite_assignment) for p in sorted((root / "assignments" / "source").glob("*/*.md"))]
     out += [(root / "README.md", rewrite_urls), (root / "pyproject.toml", rewrite_urls)]
     return out

@@ -61,6 +61,14 @@ def test_setup_cells_readme_and_urls_follow_the_one_configured_url():
     assert f'REPO = "{fork}"' in setup_cell.rewrite_book(text, fork)
     assert setup_cell.rewrite_book(setup_cell.rewrite_book(text, fork), url) == text
     assert fork in setup_cell.rewrite_urls(readme, fork, url) and url not in setup_cell.rewrite_urls(readme, fork, url)
+    # Every file the generator writes says the fork, and no other text in the sources keeps the old URL
+    # (a new-user trial found the teacher guide's `git clone` left behind).
+    for path, rewrite in setup_cell.targets():
+        new = rewrite(path.read_text(), fork)
+        assert url not in new.replace(fork, ""), f"{path.relative_to(ROOT)} keeps {url} after the rewrite"
+    owned = {path for path, _ in setup_cell.targets()}
+    for path in [*ROOT.glob("book/*.md"), *ROOT.glob("assignments/source/*/*.md"), ROOT / "_toc.yml"]:
+        assert path in owned or url not in path.read_text(), f"{path.relative_to(ROOT)} names {url}, not rewritten"
 
 
 def _setup_code():
