@@ -14,8 +14,11 @@ JB_FLAGS ?= --all -W -n --keep-going
 .PHONY: help install assets book test test-fast sync setup-cells colab-check assignments bench train clean
 
 help:
+	@echo "make install  only the virtual environment .venv with the package and its book/test extras"
 	@echo "make book   build _build/html/index.html (all chapters executed, warnings are errors)"
 	@echo "make test   run the test suite (kernels in the Triton interpreter, book build, browser)"
+	@echo "make test-fast  the tests without the book build and the browser"
+	@echo "make assets MathJax for offline pages (needs npm; make book runs it)"
 	@echo "make sync   regenerate the Colab notebooks book/*.ipynb from the MyST sources book/*.md"
 	@echo "make setup-cells  rewrite the Colab set-up cells and URLs from repository.url in _config.yml"
 	@echo "make colab-check  every chapter live with Colab's packages, panels clicked in Chromium (slow, not in make test)"

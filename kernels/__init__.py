@@ -32,5 +32,8 @@ def _check_ours() -> None:
 
 
 _check_ours()
+# kernels.runtime checks this flag: when the other distribution's __init__.py replaced this one,
+# the flag is missing and importing any of our kernel modules raises (README, "The kernels name").
+_PAGED_KV = True
 
 from . import runtime  # noqa: E402,F401  (must run before anything imports triton)

@@ -24,6 +24,15 @@ import torch
 
 from paged_kv.errors import DTypeNotSupportedError, KernelUnavailableError
 
+import kernels as _package  # noqa: E402  (being imported: its __init__ set the flag before importing us)
+
+if not getattr(_package, "_PAGED_KV", False):
+    raise ImportError(
+        f"'kernels' was imported from {getattr(_package, '__file__', '?')}, which is not paged-kv's "
+        "kernels/__init__.py: the PyPI distribution 'kernels' shares the import name and its "
+        "__init__.py replaced ours. Use a separate environment for one of them, or run `pip uninstall "
+        "-y kernels paged-kv` and reinstall paged-kv.", name="kernels")
+
 _CUDA = torch.cuda.is_available()
 
 _PRE_IMPORTED = "triton" in sys.modules

@@ -45,3 +45,21 @@ def test_import_kernels_refuses_a_folder_shared_with_the_pypi_kernels_package(tm
     assert bad.returncode != 0
     last = bad.stderr.strip().splitlines()[-1]
     assert last.startswith("ImportError:") and "'kernels' 0.4.0" in last and "pip uninstall" in last, bad.stderr
+
+
+def test_importing_our_kernel_modules_refuses_the_other_packages_init(tmp_path):
+    """The other order: `pip install kernels` after paged-kv, so its __init__.py replaced ours while our
+    kernel modules stayed; paged_kv's kernels then refuse to load instead of running under a foreign
+    package (found by a new-user trial: it used to work silently)."""
+    import os
+    import shutil
+    site = tmp_path / "site"
+    shutil.copytree(ROOT / "kernels", site / "kernels", ignore=shutil.ignore_patterns("__pycache__"))
+    (site / "kernels" / "__init__.py").write_text('"""Another project\'s kernels package."""\n__version__ = "0.4.0"\n')
+    env = dict(os.environ, PYTHONPATH=f"{site}{os.pathsep}{ROOT}", TRITON_INTERPRET="1")
+    for code in ("import kernels.runtime", "import paged_kv; from paged_kv.decoding import generate"):
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path,
+                             timeout=300)
+        assert out.returncode != 0, f"{code!r} ran under the other package's __init__.py"
+        last = out.stderr.strip().splitlines()[-1]
+        assert last.startswith("ImportError:") and "not paged-kv's" in last and "pip uninstall" in last, out.stderr
