@@ -4,6 +4,7 @@ The suite checks kernels on CPU tensors under the Triton interpreter, also on a 
 GPU (set PAGED_KV_TEST_CUDA=1 to leave the interpreter off there, e.g. for the GPU-only tests).
 """
 
+import functools
 import os
 
 if os.environ.get("PAGED_KV_TEST_CUDA", "0") in ("", "0"):
@@ -33,14 +34,10 @@ from paged_kv.model import ModelConfig, TinyLlama  # noqa: E402
 SLOW_MARKS = ("book", "browser", "assignments", "slow")
 
 
+@functools.cache
 def _uses_built_book(path: str) -> bool:
-    if path not in _BUILT_BOOK:
-        file = ROOT / path
-        _BUILT_BOOK[path] = file.name.startswith("test_") and "built_book" in file.read_text()
-    return _BUILT_BOOK[path]
-
-
-_BUILT_BOOK: dict[str, bool] = {}
+    file = ROOT / path
+    return file.name.startswith("test_") and "built_book" in file.read_text()
 
 
 def worker_scope(nodeid: str) -> str:

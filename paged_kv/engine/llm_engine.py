@@ -287,11 +287,11 @@ class LLMEngine:
             raise ConfigError(f"config must be an EngineConfig, got {self.config!r}")
         self.model, self.tokenizer = model, tokenizer
         if model is not None and not (hasattr(model, "cfg") and hasattr(model, "dtype") and callable(model)):
-            raise ConfigError(f"model must be a TinyLlama (e.g. from load_tiny_model()), got {type(model).__name__}"
-                              " (model and tokenizer swapped?)" if hasattr(model, "decode") and not isinstance(model, str) else
-                              f"model must be a TinyLlama (e.g. from load_tiny_model()), got {model!r:.60}")
-        if tokenizer is not None and not (callable(getattr(tokenizer, "encode", None)) and
-                                          callable(getattr(tokenizer, "decode", None))) or isinstance(tokenizer, str):
+            swapped = hasattr(model, "decode") and not isinstance(model, str)
+            got = f"{type(model).__name__} (model and tokenizer swapped?)" if swapped else f"{model!r:.60}"
+            raise ConfigError(f"model must be a TinyLlama (e.g. from load_tiny_model()), got {got}")
+        is_tokenizer = callable(getattr(tokenizer, "encode", None)) and callable(getattr(tokenizer, "decode", None))
+        if tokenizer is not None and (isinstance(tokenizer, str) or not is_tokenizer):
             raise ConfigError(f"tokenizer must have encode() and decode() (e.g. from load_tiny_model()), got {tokenizer!r:.60}")
         if model is not None:
             block_size = count("block_size (tokens)", self.config.block_size, 1)
@@ -484,10 +484,11 @@ class LLMEngine:
         :class:`PromptError` if it is not a valid prompt for the model (too long for its
         ``max_seq_len`` included): the same checks :meth:`add_request` makes, without queueing."""
         params = _check_params(params)
-        self._check_length(self._encode(prompt), params)
-        verdict = self.scheduler.admission(Request("?", self._encode(prompt), params.n, params.max_tokens))
+        ids = self._encode(prompt)
+        self._check_length(ids, params)
+        verdict = self.scheduler.admission(Request("?", ids, params.n, params.max_tokens))
         if verdict.verdict == "never":
-            raise AdmissionError(f"prompt of {len(self._encode(prompt))} tokens can never run: {verdict.reason}")
+            raise AdmissionError(f"prompt of {len(ids)} tokens can never run: {verdict.reason}")
 
     def output(self, request_id) -> RequestOutput:
         """The output of ``request_id`` (live: it follows the request).
