@@ -1,7 +1,8 @@
 """paged-kv: the package behind the book on KV-cache memory management.
 
 The package is in layers, one subpackage each (the README's "Architecture" section is the map):
-leaves (:mod:`errors`, :mod:`validate`, :mod:`units`, :mod:`defaults`) at the bottom; the pure-Python
+leaves (:mod:`errors`, :mod:`validate`, :mod:`units`, :mod:`defaults`, :mod:`sampling_params`) at
+the bottom; the pure-Python
 bookkeeping (:mod:`memory`, :mod:`blocks`, :mod:`scheduling`, :mod:`sim`); the tensors
 (:mod:`model`, :mod:`storage`, :mod:`decoding`, :mod:`engine`); and on top the figures
 (:mod:`viz`) and live panels (:mod:`widgets`).
@@ -21,7 +22,8 @@ __getattr__, __dir__, __all__ = _lazy.attach(__name__, submod_attrs={
                "OutOfBlocksError", "PagedKVError", "PromptError", "TensorError", "UnknownPresetError"],
     "units": ["GB", "GiB", "format_bytes"],
     "defaults": ["BLOCK_SIZE"],
-    "model": ["ByteTokenizer", "ModelConfig", "SamplingParams", "TinyLlama", "load_tiny_model"],
+    "sampling_params": ["SamplingParams"],
+    "model": ["ByteTokenizer", "ModelConfig", "TinyLlama", "load_tiny_model"],
     "memory": ["gpu_preset", "kv_bytes_per_token", "model_preset", "plan_memory", "weights_bytes"],
     "blocks": ["BlockAllocator", "BlockSpaceManager", "BlockTable", "blocks_needed"],
     "storage": ["ContiguousKVCache", "PagedKVCache"],

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["BLOCK_SIZE", "MAX_NUM_SEQS", "MAX_SEQ_LEN", "RESERVE_FRACTION", "WATERMARK", "bundled_weights_dir"]
+__all__ = ["BLOCK_SIZE", "MAX_NUM_BATCHED_TOKENS", "MAX_NUM_SEQS", "MAX_SEQ_LEN", "RESERVE_FRACTION", "WATERMARK", "bundled_weights_dir"]
 
 # Tokens per KV block: vLLM's default on CUDA GPUs (``--block-size 16``; vLLM paper §7.2 finds
 # 16 "large enough to efficiently utilize the GPU and small enough to avoid significant internal
@@ -18,6 +18,10 @@ BLOCK_SIZE = 16
 
 # Most sequences running at once: vLLM's ``max_num_seqs`` (256).
 MAX_NUM_SEQS = 256
+
+# The token budget of one step, prefill chunks and decode tokens together: vLLM v0's
+# ``max_num_batched_tokens`` default with chunked prefill on (512).
+MAX_NUM_BATCHED_TOKENS = 512
 
 # Share of free blocks kept back when admitting a prompt, so running sequences can still grow:
 # vLLM v0 ``BlockSpaceManager(watermark=0.01)``.

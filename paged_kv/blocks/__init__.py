@@ -9,7 +9,8 @@ exercises and later the scheduler can drive the bookkeeping alone, fast.
   linked list (O(1) removal from the middle, for prefix-cache hits);
 * :mod:`~paged_kv.blocks.prefix_cache`: :class:`PrefixCache`, chained block hashes
   (:func:`block_hashes`, :func:`sha256_block_hash`) and the token check (chapter 8);
-* :mod:`~paged_kv.blocks.block_table`: :class:`BlockTable` (logical -> physical), :func:`blocks_needed`;
+* :mod:`~paged_kv.blocks.block_table`: :class:`BlockTable` (logical -> physical), :func:`blocks_needed`,
+  :func:`stored_tokens` and :func:`group_blocks_needed` (the peak of ``n`` samples sharing a prompt);
 * :mod:`~paged_kv.blocks.manager`: :class:`BlockSpaceManager` (allocate, append, fork with
   copy-on-write, free);
 * :mod:`~paged_kv.blocks.history`: :class:`BlockHistory`, plain-data snapshots for figures,
@@ -18,7 +19,8 @@ exercises and later the scheduler can drive the bookkeeping alone, fast.
 """
 
 from .allocator import BlockAllocator
-from .block_table import BlockTable, blocks_needed, check_seq_id
+from .block_table import (BlockTable, blocks_needed, check_seq_id, group_blocks_held, group_blocks_needed,
+                          stored_tokens)
 from .free_block_queue import FreeBlockQueue
 from .history import (PAPER_FREE_ORDER, BlockHistory, BlockState, Event, Snapshot, paper_beam_trace,
                       paper_sampling_trace, paper_trace, rename_sequences, snapshot)
@@ -27,5 +29,5 @@ from .prefix_cache import CacheEntry, PrefixCache, block_hashes, sha256_block_ha
 
 __all__ = ["BlockAllocator", "BlockHistory", "BlockSpaceManager", "BlockState", "BlockTable", "CacheEntry", "Event",
            "FreeBlockQueue", "PAPER_FREE_ORDER", "PrefixCache", "Snapshot", "block_hashes", "blocks_needed",
-           "check_seq_id", "paper_beam_trace", "sha256_block_hash",
+           "check_seq_id", "group_blocks_held", "group_blocks_needed", "paper_beam_trace", "sha256_block_hash", "stored_tokens",
            "paper_sampling_trace", "paper_trace", "rename_sequences", "snapshot"]

@@ -9,12 +9,12 @@ through a contiguous or paged KV cache, and measure what each step costs.
 """
 
 from .beam_search import Beam, BeamSearchResult, beam_search, select_candidates
-from .decoders import (CACHE_MODES, ContiguousDecoder, PagedDecoder, RecomputeDecoder, blocks_for_samples,
-                       make_decoder, stored_tokens)
+from ..blocks import stored_tokens
+from .decoders import CACHE_MODES, ContiguousDecoder, PagedDecoder, RecomputeDecoder, make_decoder
 from .generate import GenerationResult, check_prompts, generate
 from .profiling import (StepCost, attention_crossover, attention_flops, decode_step_bytes, forward_flops,
                         profile_decoding)
 
 __all__ = ["Beam", "BeamSearchResult", "beam_search", "select_candidates", "CACHE_MODES", "ContiguousDecoder", "GenerationResult", "PagedDecoder", "RecomputeDecoder",
-           "StepCost", "attention_crossover", "attention_flops", "blocks_for_samples", "check_prompts", "decode_step_bytes", "forward_flops", "generate",
+           "StepCost", "attention_crossover", "attention_flops", "check_prompts", "decode_step_bytes", "forward_flops", "generate",
            "make_decoder", "profile_decoding", "stored_tokens"]

@@ -25,14 +25,13 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..blocks import BlockHistory, BlockSpaceManager, blocks_needed
+from ..blocks import BlockHistory, BlockSpaceManager, blocks_needed, stored_tokens
 from ..defaults import BLOCK_SIZE
 from ..errors import ConfigError, OutOfBlocksError
 from ..model.attention import check_backend
 from ..model.llama import TinyLlama
 from ..storage import PagedKVCache, prepare_paged_batch, run_paged_batch
 from ..validate import count
-from .decoders import stored_tokens
 from .generate import check_prompts
 
 __all__ = ["Beam", "BeamSearchResult", "beam_search", "select_candidates"]

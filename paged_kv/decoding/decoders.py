@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import torch
 
-from ..blocks import BlockHistory, BlockSpaceManager, blocks_needed
+from ..blocks import BlockHistory, BlockSpaceManager, blocks_needed, group_blocks_needed, stored_tokens
 from ..defaults import BLOCK_SIZE
 from ..errors import ConfigError, OutOfBlocksError
 from ..model.attention import AttentionMetadata
@@ -38,37 +38,9 @@ from ..storage import (ContiguousKVCache, PagedKVCache, last_token_logits, padde
                        prepare_paged_batch, right_pad, run_paged_batch)
 from ..validate import count
 
-__all__ = ["CACHE_MODES", "ContiguousDecoder", "PagedDecoder", "RecomputeDecoder", "blocks_for_samples",
-           "make_decoder", "stored_tokens"]
+__all__ = ["CACHE_MODES", "ContiguousDecoder", "PagedDecoder", "RecomputeDecoder", "make_decoder"]
 
 CACHE_MODES = ("recompute", "contiguous", "paged")
-
-
-def stored_tokens(prompt_len: int, max_new_tokens: int) -> int:
-    """Tokens whose K/V a cache holds when a sequence has produced ``max_new_tokens``:
-    ``prompt_len + max_new_tokens - 1``.  The last sampled token is returned to the caller and
-    never fed back, so no step writes its K/V."""
-    return count("prompt_len", prompt_len, 1) + count("max_new_tokens", max_new_tokens, 1) - 1
-
-
-def blocks_for_samples(prompt_len: int, stored_len: int, n: int, block_size: int) -> int:
-    """Physical blocks ``n`` samples of one prompt need at most, sharing the prompt's blocks.
-
-    The prompt's full blocks are shared by all ``n`` (``prompt_len // BS``).  If the samples ever
-    write (``stored_len > prompt_len``), each needs its own blocks from the prompt's partial block
-    on: the partial block is copied on every write but the last holder's (copy-on-write), and the
-    blocks after it are new.  If they never write, the whole prompt stays shared.
-
-    Raises:
-        ConfigError / BlockError: counts that are not ints (``stored_len >= prompt_len >= 1``,
-            ``n >= 1``, ``block_size >= 1``).
-    """
-    prompt_len, n, bs = count("prompt_len", prompt_len, 1), count("n", n, 1), count("block_size", block_size, 1)
-    stored_len = count("stored_len", stored_len, prompt_len)
-    if stored_len == prompt_len:
-        return blocks_needed(prompt_len, bs)
-    shared = prompt_len // bs
-    return shared + n * (blocks_needed(stored_len, bs) - shared)
 
 
 class RecomputeDecoder:
@@ -136,7 +108,7 @@ class PagedDecoder:
         max_new_tokens: tokens each sequence will generate.
         block_size: tokens per block (BS), default :data:`paged_kv.defaults.BLOCK_SIZE` (16, vLLM's).
         num_blocks: blocks in the pool (NB); default: exactly what the batch can use,
-            ``sum_r blocks_for_samples(len(prompt_r), len(prompt_r) + max_new_tokens - 1, n, BS)``.
+            ``sum_r group_blocks_needed(len(prompt_r), len(prompt_r) + max_new_tokens - 1, n, BS)``.
         n: samples per prompt.
         history: a :class:`~paged_kv.blocks.BlockHistory` (over a fresh manager) to drive the
             bookkeeping through, recording a snapshot of the pool after every event for figures;
@@ -161,7 +133,7 @@ class PagedDecoder:
         max_new_tokens = count("max_new_tokens", max_new_tokens, 1)
         self.n = count("n", n, 1)
         if num_blocks is None:
-            num_blocks = sum(blocks_for_samples(len(p), stored_tokens(len(p), max_new_tokens), self.n, block_size)
+            num_blocks = sum(group_blocks_needed(len(p), stored_tokens(len(p), max_new_tokens), self.n, block_size)
                              for p in prompts)
         self.model, self.backend = model, backend
         self.block_size = block_size

@@ -29,13 +29,12 @@ from dataclasses import dataclass, field, fields
 from typing import Hashable, Sequence
 
 from ..blocks import Event, rename_sequences, snapshot
-from ..defaults import BLOCK_SIZE, MAX_NUM_SEQS, WATERMARK
+from ..defaults import BLOCK_SIZE, MAX_NUM_BATCHED_TOKENS, MAX_NUM_SEQS, WATERMARK
 from ..errors import AdmissionError, ConfigError, PagedKVError, PromptError
 from ..memory import kv_bytes_per_token
 from ..model.sampling import SamplingParams
 from ..scheduling import Scheduler, SchedulerConfig
 from ..scheduling.request import Request
-from ..scheduling.scheduler import MAX_NUM_BATCHED_TOKENS
 from ..storage.paged_cache import KV_DTYPE_NAMES
 from ..validate import count, real
 from .runner import ModelRunner, TimingRunner

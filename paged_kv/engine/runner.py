@@ -87,7 +87,7 @@ class ModelRunner:
             for b, (c, r, s) in enumerate(zip(chunks, reqs, seqs)):
                 if c.sample:
                     self.last_logits[c.seq_id] = logits[b]
-                    sampled[c.seq_id] = self._sample(logits[b:b + 1], params(r.request_id), r, s, c.fork)
+                    sampled[c.seq_id] = self._sample(logits[b:b + 1], params(r.request_id), r, s, c.num_samples)
         if self.model.device.type == "cuda":
             torch.cuda.synchronize()
         return time.perf_counter() - t0, sampled
@@ -137,7 +137,7 @@ class TimingRunner:
         self.iteration_time, self.swap_time = iteration_time, swap_time
 
     def execute(self, scheduler: Scheduler, out: SchedulerOutput, params) -> tuple[float, dict[int, list[int]]]:
-        sampled = {c.seq_id: [0] * c.fork for c in out.chunks if c.sample}
+        sampled = {c.seq_id: [0] * c.num_samples for c in out.chunks if c.sample}
         seconds = float(self.iteration_time(out.kv_tokens, out.prefill_tokens))
         if self.swap_time is not None:
             bs = scheduler.config.block_size

@@ -6,7 +6,7 @@
   and the torch/triton attention backends;
 * :mod:`~paged_kv.model.llama`: :class:`TinyLlama` (RMSNorm, RoPE, GQA, SwiGLU; HF-compatible names);
 * :mod:`~paged_kv.model.checkpoint`: the bundled checkpoint in ``weights/``, :func:`load_tiny_model`;
-* :mod:`~paged_kv.model.sampling`: :class:`SamplingParams`, :func:`sample`.
+* :mod:`~paged_kv.model.sampling`: :func:`sample` (applies a :class:`~paged_kv.sampling_params.SamplingParams`).
 
 The model does not know which cache it writes to: a cache object (``paged_kv.storage``) is passed
 to its forward pass with the metadata.
@@ -16,7 +16,8 @@ from .attention import BACKENDS, AttentionMetadata, check_backend, decode_attent
 from .checkpoint import load_checkpoint, load_tiny_model, save_checkpoint, weights_dir
 from .config import ModelConfig
 from .llama import TinyLlama, load_hf_state_dict
-from .sampling import SamplingParams, apply_penalties, sample, sample_generator
+from ..sampling_params import SamplingParams
+from .sampling import apply_penalties, sample, sample_generator
 from .tokenizer import ByteTokenizer
 
 __all__ = ["AttentionMetadata", "BACKENDS", "ByteTokenizer", "ModelConfig", "SamplingParams", "TinyLlama",

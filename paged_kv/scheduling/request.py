@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Hashable
 
+from ..blocks.block_table import stored_tokens
 from ..errors import PromptError
 from ..validate import count
 
@@ -128,4 +129,4 @@ class Request:
     def stored_tokens(self) -> int:
         """Tokens each sequence holds in the cache at its end: prompt + max_tokens - 1 (the last
         sampled token is returned, never fed back)."""
-        return self.prompt_len + self.max_tokens - 1
+        return stored_tokens(self.prompt_len, self.max_tokens)

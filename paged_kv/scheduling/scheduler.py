@@ -56,8 +56,8 @@ from dataclasses import dataclass, field
 from typing import Callable, Hashable, NamedTuple
 
 from ..blocks import BlockSpaceManager
-from ..blocks.block_table import blocks_needed
-from ..defaults import BLOCK_SIZE, MAX_NUM_SEQS, WATERMARK
+from ..blocks.block_table import blocks_needed, group_blocks_needed
+from ..defaults import BLOCK_SIZE, MAX_NUM_BATCHED_TOKENS, MAX_NUM_SEQS, WATERMARK
 from ..errors import AdmissionError, ConfigError, PagedKVError
 from ..validate import count, real
 from .request import FINISHED, RUNNING, SWAPPED, WAITING, Request, Sequence
@@ -65,7 +65,6 @@ from .rules import may_admit, preemption_victim, requeue_preempted
 
 __all__ = ["Admission", "Chunk", "SchedulerConfig", "SchedulerOutput", "Scheduler", "group_blocks_needed"]
 
-MAX_NUM_BATCHED_TOKENS = 512   # vLLM v0's default token budget with chunked prefill on
 PREEMPTION_MODES = ("recompute", "swap")
 RESERVATIONS = ("none", "oracle", "max")
 
@@ -167,7 +166,7 @@ class Chunk:
         length: tokens run (1 for a decode token).
         slots: the slots their K/V go to (``slot = block_id * BS + offset``).
         sample: whether the step samples a token from this chunk's last position (the sequence
-            is then fully computed).  ``fork``: sample ``n`` tokens (one per sample) from it: the
+            is then fully computed).  ``num_samples``: sample ``n`` tokens (one per sample) from it: the
             leader of a fresh ``n``-sample request has just finished the prompt.
     """
 
@@ -178,7 +177,7 @@ class Chunk:
     length: int
     slots: tuple[int, ...]
     sample: bool
-    fork: int = 1
+    num_samples: int = 1
 
 
 @dataclass
@@ -214,14 +213,6 @@ class SchedulerOutput:
     @property
     def empty(self) -> bool:
         return not self.chunks
-
-
-def group_blocks_needed(prompt_len: int, total_tokens: int, n: int, block_size: int) -> int:
-    """Most blocks ``n`` samples of one prompt hold at once when each stores ``total_tokens``
-    (prompt + its tokens) and they share the prompt's *full* blocks (copy-on-write, §4.4): the
-    shared full prompt blocks once, the rest per sample.  ``n = 1``: ``ceil(total / BS)``."""
-    shared = prompt_len // block_size if n > 1 else 0
-    return shared + n * (blocks_needed(total_tokens, block_size) - shared)
 
 
 class Scheduler:
@@ -425,7 +416,7 @@ class Scheduler:
         Raises:
             PagedKVError: a sampled token missing, extra, or for a chunk that does not sample.
         """
-        missing = [c.seq_id for c in out.chunks if c.sample and len(sampled.get(c.seq_id, ())) != c.fork]
+        missing = [c.seq_id for c in out.chunks if c.sample and len(sampled.get(c.seq_id, ())) != c.num_samples]
         extra = set(sampled) - {c.seq_id for c in out.chunks if c.sample}
         if missing or extra:
             raise PagedKVError(f"sampled tokens do not match the step: missing/wrong count for sequences "
@@ -441,7 +432,7 @@ class Scheduler:
             touched[req.request_id] = req
             if c.sample:
                 toks = sampled[c.seq_id]
-                if c.fork > 1:
+                if c.num_samples > 1:
                     for i, tok in enumerate(toks[1:], start=1):
                         child = self._new_seq(list(req.prompt) + [tok], req.prompt_len, i)
                         child.num_computed = seq.num_computed

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..blocks.block_table import group_blocks_held
 from ..defaults import BLOCK_SIZE, MAX_SEQ_LEN, WATERMARK
 from ..errors import BlockError, ConfigError, OutOfBlocksError
 from ..validate import count, real
@@ -91,21 +92,17 @@ class Sharing:
 
 def group_blocks(prompt_len, length, sharing: Sharing, block_size: int) -> np.ndarray:
     """Blocks a request holds when each of its ``sharing.width`` sequences has ``length`` tokens
-    (the module docstring's formulas); ``prompt_len`` and ``length`` broadcast (numpy arrays)."""
+    (the module docstring's formulas, by :func:`~paged_kv.blocks.group_blocks_held`);
+    ``prompt_len`` and ``length`` broadcast (numpy arrays)."""
     bs = count("block_size", block_size, 1)
     P = np.asarray(prompt_len, dtype=np.int64)
     L = np.asarray(length, dtype=np.int64)
     if np.any(L < P) or np.any(P < 1):
         raise ConfigError("lengths must be >= their prompts >= 1 token")
-    w, per_seq = sharing.width, -(-L // bs)
-    if sharing.mode == "none" or w == 1:
-        return w * per_seq
-    if sharing.mode == "parallel":
-        shared = P // bs
-    else:
-        shared = np.maximum(P, L - sharing.divergence) // bs
-    out = shared + w * (per_seq - shared)
-    return np.where(L == P, -(-P // bs), out)      # before any write the whole prompt is shared
+    if sharing.mode == "none" or sharing.width == 1:
+        return sharing.width * -(-L // bs)
+    common = P if sharing.mode == "parallel" else np.maximum(P, L - sharing.divergence)
+    return group_blocks_held(common, L, sharing.width, bs)
 
 
 def memory_saving(trace: Trace, sharing: Sharing, block_size: int = BLOCK_SIZE) -> float:

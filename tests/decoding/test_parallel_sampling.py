@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from paged_kv.blocks import BlockHistory, BlockSpaceManager
-from paged_kv.decoding import PagedDecoder, blocks_for_samples, generate, stored_tokens
+from paged_kv.blocks import group_blocks_needed
+from paged_kv.decoding import PagedDecoder, generate, stored_tokens
 from paged_kv.errors import ConfigError
 from paged_kv.model import SamplingParams, sample, sample_generator
 
@@ -74,7 +75,7 @@ def test_pool_is_sized_for_sharing_and_comes_back_whole(small_model):
     # Shared: the two full prompt blocks; each sample: its own copy of block 2 (tokens 8-11) and
     # one more block (12-14): 2 + 3 * 2 = 8 blocks, against 3 * 4 = 12 without sharing.
     assert stored_tokens(10, 6) == 15
-    assert blocks_for_samples(10, 15, 3, 4) == 2 + 3 * 2
+    assert group_blocks_needed(10, 15, 3, 4) == 2 + 3 * 2
     dec = PagedDecoder(small_model, "torch", [PROMPT], 6, block_size=4, n=3)
     assert dec.manager.num_blocks == 8
     res = generate(small_model, [PROMPT], 6, cache="paged", sampling=HOT, block_size=4)
@@ -109,7 +110,7 @@ def test_a_full_prompt_needs_no_copies(small_model):
     # 32 tokens, block size 16, 3 samples: two full shared blocks; token 33 of each sample goes to
     # a fresh block, so nothing is ever copied.
     prompt = list(range(60, 92))
-    assert blocks_for_samples(32, 34, 3, 16) == 2 + 3
+    assert group_blocks_needed(32, 34, 3, 16) == 2 + 3
     history = BlockHistory(BlockSpaceManager(5, 16))
     dec = PagedDecoder(small_model, "torch", [prompt], 3, block_size=16, n=3, history=history)
     dec.prefill([prompt])

@@ -9,7 +9,7 @@ from paged_kv.scheduling import Scheduler, SchedulerConfig
 
 def step(sch, token=0):
     out = sch.schedule()
-    sch.update(out, {c.seq_id: [token] * c.fork for c in out.chunks if c.sample})
+    sch.update(out, {c.seq_id: [token] * c.num_samples for c in out.chunks if c.sample})
     return out
 
 

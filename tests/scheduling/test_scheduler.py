@@ -13,7 +13,7 @@ def run(sch: Scheduler, steps: int = 1000, token: int = 7) -> list:
         if not sch.has_unfinished:
             break
         out = sch.schedule()
-        sch.update(out, {c.seq_id: [token] * c.fork for c in out.chunks if c.sample})
+        sch.update(out, {c.seq_id: [token] * c.num_samples for c in out.chunks if c.sample})
         sch.check()
         outs.append(out)
     assert not sch.has_unfinished, "the requests did not finish"
@@ -146,7 +146,7 @@ def test_swap_moves_a_group_and_each_shared_block_once():
     req = sch.add("g", [1] * 9, n=3, max_tokens=4)
     for _ in range(2):
         out = sch.schedule()
-        sch.update(out, {c.seq_id: [c.seq_id] * c.fork for c in out.chunks if c.sample})
+        sch.update(out, {c.seq_id: [c.seq_id] * c.num_samples for c in out.chunks if c.sample})
     ids = [s.seq_id for s in req.seqs]
     distinct = {b for s in ids for b in sch.manager.block_table(s).block_ids}
     held = sum(len(sch.manager.block_table(s)) for s in ids)
@@ -173,7 +173,7 @@ def test_group_recompute_forks_at_the_prompt_end():
     req = sch.add("g", [1] * 6, n=2, max_tokens=5)
     for _ in range(3):
         out = sch.schedule()
-        sch.update(out, {c.seq_id: [10 + c.seq_id] * c.fork for c in out.chunks if c.sample})
+        sch.update(out, {c.seq_id: [10 + c.seq_id] * c.num_samples for c in out.chunks if c.sample})
     before = [list(s.tokens) for s in req.seqs]
     sch.preempt("g")
     out = sch.schedule()
@@ -239,12 +239,12 @@ def test_group_whose_leader_finished_first_resumes_after_preemption(mode):
     req = sch.add("g", [1] * 3, n=2, max_tokens=4)
     for _ in range(2):                                  # the prompt (forks 2 samples); one decode
         out = sch.schedule()
-        sch.update(out, {c.seq_id: [5] * c.fork for c in out.chunks if c.sample})
+        sch.update(out, {c.seq_id: [5] * c.num_samples for c in out.chunks if c.sample})
     assert [s.num_generated for s in req.seqs] == [2, 2]
     sch.preempt("g", "recompute")                       # uneven re-prefill: the leader gets ahead
     while req.seqs[0].num_generated < 4:
         out = sch.schedule()
-        sch.update(out, {c.seq_id: [5] * c.fork for c in out.chunks if c.sample})
+        sch.update(out, {c.seq_id: [5] * c.num_samples for c in out.chunks if c.sample})
         sch.check()
     assert req.seqs[1].num_generated < 4 and req.seqs[0].seq_id not in sch.manager
     assert sch.preempt("g") == mode

@@ -1,0 +1,73 @@
+"""How a request picks its tokens: :class:`SamplingParams`, plain data (no torch), so a request
+carries its own parameters through the bookkeeping; :func:`paged_kv.model.sample` applies them.
+
+Field names as in vLLM's ``vllm/sampling_params.py``.  A leaf module: it imports only the
+exceptions and the argument checks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .errors import ConfigError
+from .validate import count, real
+
+__all__ = ["SamplingParams"]
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How one request picks its tokens (field names as in vLLM's ``SamplingParams``).
+
+    Attributes:
+        temperature: ``0`` means greedy (argmax); otherwise logits are divided by it (> 0).
+        top_k: keep only the k most likely tokens (``None``: all).
+        top_p: keep the smallest set of tokens whose probability reaches ``top_p``
+            (Holtzman et al. 2020), in ``(0, 1]``.
+        seed: the request's seed; sample ``i`` draws from :func:`sample_generator` ``(seed, i)``.
+            Required when ``temperature > 0`` (no run is silently unseeded); ignored when greedy.
+        n: samples per request (parallel sampling, vLLM paper §4.4): with the paged cache they
+            share the prompt's blocks.  Greedy ``n > 1`` would give ``n`` identical copies, so it is
+            refused.
+        max_tokens: tokens to generate per sample (the serving engine's stopping rule; the
+            byte-level model has no end-of-sequence token).  :func:`paged_kv.decoding.generate`
+            takes its own ``max_new_tokens`` instead.
+        frequency_penalty: subtracted from a token's logit once per time the sample has already
+            generated it (OpenAI's and vLLM's definition; prompt tokens do not count), >= 0.
+
+    Raises:
+        ConfigError: a negative or non-numeric temperature, ``top_k < 1``, ``top_p`` outside
+            ``(0, 1]``, a seed that is not an int >= 0, ``n < 1``, ``max_tokens < 1``, a negative
+            frequency penalty, sampling without a seed, or greedy with ``n > 1``.
+    """
+
+    temperature: float = 0.0
+    top_k: int | None = None
+    top_p: float | None = None
+    seed: int | None = None
+    n: int = 1
+    max_tokens: int = 16
+    frequency_penalty: float = 0.0
+
+    def __post_init__(self) -> None:
+        fix = lambda name, value: object.__setattr__(self, name, value)  # frozen dataclass
+        fix("temperature", real("temperature (0 = greedy)", self.temperature, 0.0))
+        if self.top_k is not None:
+            fix("top_k", count("top_k (or None)", self.top_k, 1))
+        if self.top_p is not None:
+            fix("top_p", real("top_p (or None)", self.top_p, 0.0, 1.0, low_open=True))
+        if self.seed is not None:
+            fix("seed", count("seed (or None)", self.seed, 0))
+        fix("n", count("n (samples per request)", self.n, 1))
+        fix("max_tokens", count("max_tokens", self.max_tokens, 1))
+        fix("frequency_penalty", real("frequency_penalty", self.frequency_penalty, 0.0))
+        if not self.greedy and self.seed is None:
+            raise ConfigError(f"sampling with temperature {self.temperature} needs a seed "
+                              f"(SamplingParams(..., seed=0)): no run is silently unseeded")
+        if self.greedy and self.n > 1:
+            raise ConfigError(f"greedy decoding with n={self.n} would give {self.n} identical "
+                              f"samples; set temperature > 0 (and a seed), or use beam search")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
