@@ -185,7 +185,7 @@ class BlockHistory:
         """A decode token for ``seq_id`` (``token``: its label).
 
         A copy-on-write copy this causes is recorded in the event and stays queued in the manager
-        for whoever owns the cache (:func:`paged_kv.storage.prepare_paged_batch` takes it)."""
+        for whoever owns the cache (:func:`paged_kv.storage.run_from_manager` takes and applies it)."""
         if not self.record:
             self.manager.append_slot(seq_id)
             return None

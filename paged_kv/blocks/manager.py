@@ -109,6 +109,11 @@ class BlockSpaceManager:
         """A copy of ``seq_id``'s block table (mutating it does not change the manager)."""
         return self._table(seq_id).copy()
 
+    def block_ids(self, seq_id) -> tuple[int, ...]:
+        """``seq_id``'s physical block ids in logical order, as a tuple (what a step sends the model
+        runner; cheaper than :meth:`block_table`'s checked copy)."""
+        return tuple(self._table(seq_id).block_ids)
+
     def swapped_table(self, seq_id) -> BlockTable:
         """A copy of a swapped-out sequence's block table: its ids are CPU block ids.
 

@@ -30,7 +30,7 @@ from ..defaults import BLOCK_SIZE
 from ..errors import ConfigError, OutOfBlocksError
 from ..model.attention import check_backend
 from ..model.llama import TinyLlama
-from ..storage import PagedKVCache, prepare_paged_batch, run_paged_batch
+from ..storage import PagedKVCache, run_from_manager
 from ..validate import count
 from .generate import check_prompts
 
@@ -123,8 +123,8 @@ def beam_search(model: TinyLlama, prompt, beam_width: int, max_new_tokens: int, 
     dev = model.device
 
     def run(seqs, tokens, phase):
-        batch = prepare_paged_batch(manager, seqs, tokens, phase, dev)
-        return torch.log_softmax(run_paged_batch(model, cache, batch, backend).float(), dim=-1)   # (B, V)
+        logits = run_from_manager(model, cache, manager, seqs, tokens, phase, backend)
+        return torch.log_softmax(logits.float(), dim=-1)   # (B, V)
 
     def usage(seqs):
         tables = [manager.block_table(s).block_ids for s in seqs]

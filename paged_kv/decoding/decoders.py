@@ -11,7 +11,7 @@ the batch holds ``n`` sequences per prompt (parallel sampling; ``n = 1`` by defa
 * :class:`PagedDecoder` (chapters 5 and 6): the same through blocks handed out on demand.  The two
   halves of vLLM meet here (vLLM paper §4.3): the :class:`~paged_kv.blocks.BlockSpaceManager`
   (bookkeeping) gives every prompt its blocks and every decode token a slot, and
-  :func:`~paged_kv.storage.prepare_paged_batch` / :func:`~paged_kv.storage.run_paged_batch` turn
+  :func:`~paged_kv.storage.run_from_manager` turns
   its answers into the slot mapping and block tables the :class:`~paged_kv.storage.PagedKVCache`
   reads.  With ``n > 1`` a prompt is prefilled once and its samples *fork* from it, sharing its
   blocks; a sample's first write into the shared, partly filled last block copies it
@@ -34,8 +34,8 @@ from ..defaults import BLOCK_SIZE
 from ..errors import ConfigError, OutOfBlocksError
 from ..model.attention import AttentionMetadata
 from ..model.llama import TinyLlama
-from ..storage import (ContiguousKVCache, PagedKVCache, last_token_logits, padded_block_tables,
-                       prepare_paged_batch, right_pad, run_paged_batch)
+from ..storage import (ContiguousKVCache, PagedKVCache, last_token_logits, padded_block_tables, right_pad,
+                       run_from_manager)
 from ..validate import count
 
 __all__ = ["CACHE_MODES", "ContiguousDecoder", "PagedDecoder", "RecomputeDecoder", "make_decoder"]
@@ -152,7 +152,7 @@ class PagedDecoder:
     def block_tables(self) -> torch.Tensor:
         """``[B, max_blocks]`` int32: each sequence's physical block ids, right-padded with 0
         (:func:`~paged_kv.storage.padded_block_tables`; padding is never read)."""
-        return padded_block_tables(self.manager, self.seq_ids, device=self.model.device)
+        return padded_block_tables([self.manager.block_ids(s) for s in self.seq_ids], device=self.model.device)
 
     def prefill(self, prompts: list[list[int]]) -> torch.Tensor:
         """Allocate each prompt's blocks once, write its K/V, fork its other samples (no copy, no new
@@ -184,8 +184,7 @@ class PagedDecoder:
         return logits
 
     def _run(self, seqs: list[int], new_tokens: list[list[int]], phase: str) -> torch.Tensor:
-        batch = prepare_paged_batch(self.manager, seqs, new_tokens, phase, self.model.device)
-        return run_paged_batch(self.model, self.cache, batch, self.backend)
+        return run_from_manager(self.model, self.cache, self.manager, seqs, new_tokens, phase, self.backend)
 
     def _refresh_lens(self) -> None:
         self.seq_lens = torch.tensor([self.manager.num_tokens(i) for i in self.seq_ids], dtype=torch.int32,

@@ -3,8 +3,8 @@
 :class:`LiveRequests` serves requests with the tiny model through the real machinery: a
 :class:`~paged_kv.blocks.BlockSpaceManager` (driven through a :class:`~paged_kv.blocks.BlockHistory`,
 which records every event) decides the slots, a :class:`~paged_kv.storage.PagedKVCache` holds
-the K/V, and :func:`~paged_kv.storage.prepare_paged_batch` / :func:`~paged_kv.storage.run_paged_batch`
-run the model through the block tables.  Each request is prefilled when it arrives; each
+the K/V, and :func:`~paged_kv.storage.run_from_manager`
+runs the model through the block tables.  Each request is prefilled when it arrives; each
 "decode step" feeds every running request its pending token.  A request can be *forked* (chapter 6):
 the child shares every block of its parent and draws its own next token, so the two diverge and
 the first write into their shared, partly filled last block copies it (copy-on-write).
@@ -31,7 +31,7 @@ from ..blocks import BlockHistory, BlockSpaceManager
 from ..errors import BlockError, PromptError
 from ..model.sampling import SamplingParams, sample, sample_generator
 from ..scheduling.rules import preemption_victim, requeue_preempted
-from ..storage import PagedKVCache, prepare_paged_batch, run_paged_batch
+from ..storage import PagedKVCache, read_rows, run_from_manager
 from ..validate import count
 
 __all__ = ["LiveRequests"]
@@ -241,11 +241,13 @@ class LiveRequests:
         """Run the model on the new tokens of ``seqs`` (all already have their slots), then pick each
         one's pending token.  Without a model, the queued copy-on-write copies are dropped (nothing
         to copy)."""
-        batch = prepare_paged_batch(self.manager, seqs, ids, phase,
-                                    self.model.device if self.model is not None else None)
         rows = [None] * len(seqs)
-        if self.model is not None:
-            rows = list(run_paged_batch(self.model, self.cache, batch, self.backend).float().cpu())
+        if self.model is None:
+            self.manager.take_copies()
+            read_rows(self.manager, seqs, ids)       # the same checks as with a model
+        else:
+            logits = run_from_manager(self.model, self.cache, self.manager, seqs, ids, phase, self.backend)
+            rows = list(logits.float().cpu())
         for s, row in zip(seqs, rows):
             self.logits[s] = row
             self.pending[s] = self._pick(s, row)

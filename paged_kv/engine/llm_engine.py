@@ -25,21 +25,22 @@ from __future__ import annotations
 
 import math
 import numbers
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass
 from typing import Hashable, Sequence
 
-from ..blocks import Event, rename_sequences, snapshot
 from ..defaults import BLOCK_SIZE, MAX_NUM_BATCHED_TOKENS, MAX_NUM_SEQS, WATERMARK
 from ..errors import AdmissionError, ConfigError, PagedKVError, PromptError
 from ..memory import kv_bytes_per_token
-from ..model.sampling import SamplingParams
-from ..scheduling import Scheduler, SchedulerConfig
-from ..scheduling.request import Request
+from ..sampling_params import SamplingParams
+from ..scheduling import Request, Scheduler, SchedulerConfig, SchedulerOutput, Verdict
 from ..storage.paged_cache import KV_DTYPE_NAMES
 from ..validate import count, real
-from .runner import ModelRunner, TimingRunner
+from .metrics import EngineStats
+from .outputs import RequestOutput
+from .runner import ModelRunner, ModelRunnerOutput, TimingRunner
+from .step_record import StepRecord, describe, seq_name, step_record
 
-__all__ = ["EngineConfig", "EngineStats", "LLMEngine", "RequestOutput", "StepRecord"]
+__all__ = ["EngineConfig", "LLMEngine"]
 
 
 @dataclass(frozen=True)
@@ -106,160 +107,6 @@ class EngineConfig:
             prefix_caching_hash_algo=self.prefix_caching_hash_algo)
 
 
-@dataclass
-class RequestOutput:
-    """A request's state (vLLM's ``RequestOutput``, trimmed); it follows the request live.
-
-    Attributes:
-        request_id: its id; ``prompt``: its prompt as given (text or token ids).
-        finished: whether every sample has its ``max_tokens``.
-        arrival, first_token, finish: clock times (s) it arrived, produced its first token, finished
-            (``nan`` until then).
-        preemptions: times it was preempted.
-        last_token: clock time (s) of its latest token; max_itl: the longest wait between two of
-            its consecutive tokens (s; inter-token latency, ITL, as vLLM's metrics call it), where a
-            preemption shows as one long stall.
-        token_ids: (property) per sample, the tokens generated so far; ``text``: the same decoded
-            (``None`` without a tokenizer).
-    """
-
-    request_id: Hashable
-    prompt: object
-    request: Request = field(repr=False)
-    tokenizer: object = field(default=None, repr=False)
-    finished: bool = False
-    arrival: float = 0.0
-    first_token: float = math.nan
-    finish: float = math.nan
-    preemptions: int = 0
-    last_token: float = math.nan
-    max_itl: float = 0.0
-
-    @property
-    def token_ids(self) -> list[list[int]]:
-        outs = self.request.outputs
-        return outs + [[] for _ in range(self.request.n - len(outs))]   # samples not forked yet
-
-    @property
-    def text(self) -> list[str] | None:
-        return None if self.tokenizer is None else [self.tokenizer.decode(t) for t in self.token_ids]
-
-    @property
-    def cached_tokens(self) -> list[int]:
-        """Per admission of the request (the first, then after each recompute preemption), the
-        prompt tokens its prefix-cache hit saved (empty with caching off)."""
-        return list(self.request.cache_hits)
-
-    @property
-    def ttft(self) -> float:
-        """Time to first token (s): first token minus arrival."""
-        return self.first_token - self.arrival
-
-    @property
-    def tpot(self) -> float:
-        """Time per output token (s) after the first: ``(finish - first_token) / (tokens - 1)``
-        (``nan`` for a one-token output)."""
-        n = len(self.token_ids[0]) if self.token_ids else 0
-        return (self.finish - self.first_token) / (n - 1) if n > 1 else math.nan
-
-    @property
-    def latency(self) -> float:
-        """End-to-end latency (s): finish minus arrival."""
-        return self.finish - self.arrival
-
-
-@dataclass
-class EngineStats:
-    """Counters over a run, as engines log them.
-
-    Attributes:
-        steps, clock_s: steps run and the clock (s); ``generated``: output tokens produced;
-        prompt_tokens: prompt tokens prefilled (re-prefills included); preemptions, recomputes,
-        swaps: events; swapped_blocks: blocks moved to the CPU pool (each shared block once);
-        kv_usage: per step, the fraction of GPU blocks held after scheduling (vLLM's "GPU KV cache
-        usage"); running, waiting, swapped: per step, queue lengths (requests) after scheduling;
-        admitted, finished, preempted_now: per step, requests admitted or resumed, finished,
-        preempted in it; step_s: per step, its duration (s).
-        prefix_queries, prefix_hits: prompt tokens looked up in the prefix cache at admissions, and
-            found there (each admission once, re-admissions after a preemption included); the
-            found ones are prefill tokens saved.
-    """
-
-    steps: int = 0
-    clock_s: float = 0.0
-    generated: int = 0
-    prompt_tokens: int = 0
-    preemptions: int = 0
-    recomputes: int = 0
-    swaps: int = 0
-    swapped_blocks: int = 0
-    kv_usage: list[float] = field(default_factory=list)
-    running: list[int] = field(default_factory=list)
-    waiting: list[int] = field(default_factory=list)
-    swapped: list[int] = field(default_factory=list)
-    admitted: list[int] = field(default_factory=list)
-    finished: list[int] = field(default_factory=list)
-    preempted_now: list[int] = field(default_factory=list)
-    step_s: list[float] = field(default_factory=list)
-    prefix_queries: int = 0
-    prefix_hits: int = 0
-
-    def __repr__(self) -> str:
-        """The counters, and each per-step list as its length (``print(engine.stats)`` stays short;
-        the lists themselves are attributes)."""
-        parts = []
-        for f in fields(self):
-            value = getattr(self, f.name)
-            parts.append(f"{f.name}=[{len(value)} per-step values]" if isinstance(value, list) else
-                         f"{f.name}={value:.4g}" if isinstance(value, float) else f"{f.name}={value!r}")
-        return f"EngineStats({', '.join(parts)})"
-
-    @property
-    def prefix_hit_rate(self) -> float:
-        """Prompt tokens found in the prefix cache / looked up (``nan`` before any lookup)."""
-        return self.prefix_hits / self.prefix_queries if self.prefix_queries else math.nan
-
-    @property
-    def throughput(self) -> float:
-        """Output tokens per second of clock."""
-        return self.generated / self.clock_s if self.clock_s else math.nan
-
-    @property
-    def peak_kv_usage(self) -> float:
-        return max(self.kv_usage, default=0.0)
-
-
-@dataclass(frozen=True)
-class StepRecord:
-    """One step as plain data, for figures that replay a run (:mod:`paged_kv.viz.serving`).
-
-    Attributes:
-        step: its number (0 = before the first step); ``clock_s``: the clock after it (s).
-        pool: the GPU pool after it, a :class:`~paged_kv.blocks.Snapshot` whose sequences are
-            named ``"<request>"`` (the leader) and ``"<request>.<i>"`` (sample ``i``).
-        cpu: per CPU block, the sequence holding it (``None``: free).
-        waiting, running, swapped: per queue, ``(request, generated tokens, max_tokens, computed
-            prompt tokens, prompt tokens)`` in queue order.
-        text: what happened, in words.
-        cached: per GPU block, whether it holds a prefix-cache entry (a cached block in use, or a
-            cached-free one when the pool shows it free); empty with caching off.
-        hits: blocks handed out as prefix-cache hits in this step; evicted: blocks whose entry
-            was evicted in this step, in LRU order.
-    """
-
-    step: int
-    clock_s: float
-    pool: object
-    cpu: tuple
-    waiting: tuple
-    running: tuple
-    swapped: tuple
-    text: str
-    cached: tuple = ()
-    hits: tuple = ()
-    evicted: tuple = ()
-
-
 class LLMEngine:
     """Serves requests with continuous batching over a paged KV cache.
 
@@ -304,13 +151,12 @@ class LLMEngine:
                                       self.config.backend)
         elif iteration_time is not None:
             sc = self.config.scheduler_config()
-            self.runner = TimingRunner(iteration_time, swap_time)
+            self.runner = TimingRunner(iteration_time, swap_time, sc.block_size)
         else:
             raise ConfigError("LLMEngine needs a model, or model=None with an iteration_time (timing model)")
         self.scheduler = Scheduler(sc)
         self.stats = EngineStats()
         self.clock = 0.0
-        self._params: dict[Hashable, SamplingParams] = {}
         self._outputs: dict[Hashable, RequestOutput] = {}
         self._next_id = 0
         self._adapters: dict[str, tuple[int, int]] = {}     # name -> (id, shift)
@@ -319,7 +165,7 @@ class LLMEngine:
         self.record = bool(record)
         self.records: list[StepRecord] = []
         if self.record:
-            self.records.append(self._step_record("start: every block is free"))
+            self.records.append(step_record(self.scheduler, 0, self.clock, "start: every block is free"))
 
     # --- requests -----------------------------------------------------------------------------
     def load_adapter(self, name: str, shift: int) -> int:
@@ -376,10 +222,8 @@ class LLMEngine:
             raise ConfigError(f"cache_salt must be a non-empty str (as vLLM requires), got {cache_salt!r}")
         uid, shift = self._adapters[adapter] if adapter is not None else (None, 0)
         extra_key = None if uid is None and cache_salt is None else (uid, cache_salt)
-        req = self.scheduler.add(request_id, ids, params.n, params.max_tokens, arrival, extra_key)
-        if shift and isinstance(self.runner, ModelRunner):
-            self.runner.shifts[request_id] = shift
-        self._params[request_id] = params
+        req = self.scheduler.add(request_id, ids, arrival=arrival, extra_key=extra_key, sampling_params=params,
+                                 adapter_shift=shift)
         self._outputs[request_id] = RequestOutput(request_id, prompt, req,
                                                   self.tokenizer if self.model is not None else None,
                                                   arrival=arrival)
@@ -392,38 +236,40 @@ class LLMEngine:
     def step(self) -> list[RequestOutput]:
         """Run one step; returns the outputs of the requests that produced tokens in it or finished,
         in arrival order.  An idle engine returns ``[]``."""
-        sch = self.scheduler
-        if not sch.has_unfinished:
+        if not self.scheduler.has_unfinished:
             return []
-        out = sch.schedule()                                        # 1. schedule: tokens, blocks
-        seconds, sampled = self.runner.execute(sch, out, self._params.__getitem__)   # 2-4. prepare, run, sample
-        self._account(out, seconds, sampled)                        # the clock; queues and pool as scheduled
-        done = sch.update(out, sampled)                             # 5. record the tokens, free the finished
+        out = self.scheduler.schedule()                         # 1. schedule: the step as data
+        result = self.runner.execute(out)                       # 2-4. swaps and copies, forward, sample
+        self._account(out, result)                              # the clock; queues and pool as scheduled
+        done = self.scheduler.update(out, result.sampled_token_ids)    # 5. record the tokens, free the finished
         return self._report(out, done)
 
-    def _account(self, out, seconds: float, sampled: dict) -> None:
+    def _account(self, out: SchedulerOutput, result: ModelRunnerOutput) -> None:
         sch, st = self.scheduler, self.stats
-        self.clock += seconds
+        self.clock += result.seconds
         st.steps += 1
         st.clock_s = self.clock
         st.prompt_tokens += out.prefill_tokens
-        st.generated += sum(len(t) for t in sampled.values())
+        st.generated += sum(len(t) for t in result.sampled_token_ids.values())
         st.kv_usage.append(1 - sch.manager.num_free_blocks / sch.config.num_gpu_blocks)
         st.running.append(len(sch.running))
         st.waiting.append(len(sch.waiting))
         st.swapped.append(len(sch.swapped))
         st.admitted.append(len(out.admitted))
         st.preempted_now.append(len(out.preempted))
-        st.step_s.append(seconds)
+        st.step_s.append(result.seconds)
         st.prefix_queries, st.prefix_hits = sch.prefix_queries, sch.prefix_hits
 
-    def _report(self, out, done) -> list[RequestOutput]:
+    def _report(self, out: SchedulerOutput, done: list[Request]) -> list[RequestOutput]:
         sch, st = self.scheduler, self.stats
         st.finished.append(len(done))
         st.preemptions, st.recomputes, st.swaps = sch.num_preemptions, sch.num_recomputes, sch.num_swaps
         st.swapped_blocks = sch.num_swapped_blocks
         if self.record:
-            self.records.append(self._step_record(_describe(out, done), out))
+            cache = sch.manager.cache
+            evicted = () if cache is None else cache.evictions[self._evicted_seen:]
+            self._evicted_seen += len(evicted)
+            self.records.append(step_record(sch, st.steps, self.clock, describe(out, done), out.hit_blocks, evicted))
         result = []
         for rid in sorted({c.request_id for c in out.chunks if c.sample}, key=lambda r: sch.requests[r].order):
             req, o = sch.requests[rid], self._outputs[rid]
@@ -435,7 +281,6 @@ class LLMEngine:
             o.preemptions = req.preemptions
             if req.finished:
                 o.finished, o.finish = True, self.clock
-                self.runner.forget(rid)
             result.append(o)
         return result
 
@@ -486,7 +331,7 @@ class LLMEngine:
         ids = self._encode(prompt)
         self._check_length(ids, params)
         verdict = self.scheduler.admission(Request("?", ids, params.n, params.max_tokens))
-        if verdict.verdict == "never":
+        if verdict.verdict is Verdict.NEVER:
             raise AdmissionError(f"prompt of {len(ids)} tokens can never run: {verdict.reason}")
 
     def output(self, request_id) -> RequestOutput:
@@ -514,31 +359,8 @@ class LLMEngine:
         for req in self.scheduler.requests.values():
             for s in req.seqs:
                 if s.seq_id == seq_id:
-                    return str(req.request_id) if s.index == 0 else f"{req.request_id}.{s.index}"
+                    return seq_name(req, s)
         return str(seq_id)
-
-    def _step_record(self, text: str, out=None) -> StepRecord:
-        sch = self.scheduler
-        cache = sch.manager.cache
-        cached, hits, evicted = (), (), ()
-        if cache is not None:
-            cached = tuple(b in cache for b in range(sch.config.num_gpu_blocks))
-            evicted = tuple(cache.evictions[self._evicted_seen:])
-            self._evicted_seen = len(cache.evictions)
-            hits = tuple(out.hit_blocks) if out is not None else ()
-        names = {s.seq_id: (str(r.request_id) if s.index == 0 else f"{r.request_id}.{s.index}")
-                 for r in sch.requests.values() for s in r.seqs}
-        pool = rename_sequences(snapshot(sch.manager, self.stats.steps, Event("step", text=text)), names)
-        cpu = [None] * sch.config.num_cpu_blocks
-        for sid in sch.manager.swapped_ids:
-            for b in sch.manager.swapped_table(sid).block_ids:
-                cpu[b] = names.get(sid, str(sid))
-
-        def rows(queue):
-            return tuple((str(r.request_id), max(s.num_generated for s in r.seqs), r.max_tokens,
-                          min(r.leader.num_computed, r.prompt_len), r.prompt_len) for r in queue)
-        return StepRecord(self.stats.steps, self.clock, pool, tuple(cpu), rows(sch.waiting), rows(sch.running),
-                          rows(sch.swapped), text, cached, hits, evicted)
 
     def _encode(self, prompt) -> list[int]:
         if isinstance(prompt, str):
@@ -562,32 +384,6 @@ class LLMEngine:
                 f"{c.num_gpu_blocks} GPU blocks x {c.block_size} tokens, {c.num_cpu_blocks} CPU blocks, "
                 f"preemption={c.preemption_mode}, chunked prefill={'on' if c.enable_chunked_prefill else 'off'})")
 
-
-
-def _describe(out, done) -> str:
-    """One step in words: who was admitted, preempted (how), finished; prefill chunks and decodes."""
-    parts = []
-    if out.admitted:
-        parts.append("admitted " + ", ".join(map(str, out.admitted)))
-    hits = {r: k for r, k in out.cache_hits.items() if k}
-    if hits:
-        parts.append("prefix-cache hit " + ", ".join(f"{r}: {k} tokens" for r, k in hits.items()))
-    if out.recomputed:
-        parts.append("preempted " + ", ".join(map(str, out.recomputed)) + " (recompute)")
-    if out.swapped:
-        parts.append("swapped out " + ", ".join(map(str, out.swapped)))
-    if out.swap_in:
-        parts.append(f"{len(out.swap_in)} blocks swapped in")
-    chunks = [f"{c.request_id}[{c.start}:{c.start + c.length}]" for c in out.chunks if c.length > 1 or not c.sample]
-    if chunks:
-        parts.append("prefill " + ", ".join(chunks))
-    if out.decode_tokens:
-        parts.append(f"{out.decode_tokens} decode token{'s' if out.decode_tokens > 1 else ''}")
-    if out.copies:
-        parts.append(f"{len(out.copies)} copy-on-write copies")
-    if done:
-        parts.append("finished " + ", ".join(str(r.request_id) for r in done))
-    return "; ".join(parts) or "nothing to do"
 
 
 def _check_params(params) -> SamplingParams:

@@ -37,26 +37,27 @@ class AttentionMetadata:
     """What the attention layers need to know about one forward pass of ``[B, T]`` tokens.
 
     Attributes:
-        phase: ``"prefill"`` (T >= 1 prompt tokens per row, from position ``context_lens[b]``: 0
-            for a whole prompt, more for a later chunk of it) or ``"decode"`` (T == 1, one new
-            token per sequence).
+        phase: ``"prefill"`` (T >= 1 new tokens per row, attending causally to each other and to
+            the row's cached context: none for a whole prompt, more for a later chunk of it) or
+            ``"decode"`` (T == 1, one new token per sequence).
         positions: ``[B, T]`` int64, absolute position of each token (RoPE angle; the
             contiguous cache's row).
-        seq_lens: ``[B]`` int32. Prefill: valid tokens of each right-padded row. Decode: tokens
-            in the sequence *including* the new one (how many cached tokens to attend to).
+        seq_lens: ``[B]`` int32, context + new tokens of each row: how many tokens attention reads
+            (vLLM's ``seq_lens``, the same meaning in both phases).
+        query_lens: ``[B]`` int32, the new tokens of each row (vLLM's ``query_lens``; the rest of a
+            right-padded row is padding).  Default: ``seq_lens`` in a prefill (no context), 1 in
+            a decode step.
         slot_mapping: ``[B, T]`` int64 or ``None``; paged cache only: the physical slot
             (``block_id * block_size + offset``) each new token is written to, ``-1`` = padding.
         block_tables: ``[B, max_blocks]`` int32 or ``None``; paged cache only.
-        context_lens: ``[B]`` int32 or ``None`` (all 0); prefill only: tokens each sequence had
-            cached before this pass (chunked prefill, paged cache only).
     """
 
     phase: str
     positions: torch.Tensor
     seq_lens: torch.Tensor
+    query_lens: torch.Tensor | None = None
     slot_mapping: torch.Tensor | None = None
     block_tables: torch.Tensor | None = None
-    context_lens: torch.Tensor | None = None
 
     def __post_init__(self) -> None:
         if self.phase not in ("prefill", "decode"):
@@ -65,14 +66,19 @@ class AttentionMetadata:
             raise TensorError(f"positions must be [B, T], got shape {tuple(self.positions.shape)}")
         if self.phase == "decode" and self.positions.shape[1] != 1:
             raise TensorError(f"decode takes one token per sequence, got T={self.positions.shape[1]}")
+        if self.query_lens is None:
+            self.query_lens = self.seq_lens if self.phase == "prefill" else torch.ones_like(self.seq_lens)
+
+    @property
+    def context_lens(self) -> torch.Tensor:
+        """``[B]`` int32, tokens each row had cached before this pass: ``seq_lens - query_lens``."""
+        return self.seq_lens - self.query_lens
 
     @property
     def valid_mask(self) -> torch.Tensor:
         """``[B, T]`` bool: which of the batch's tokens are real (not right padding)."""
-        if self.phase == "decode":
-            return torch.ones_like(self.positions, dtype=torch.bool)
         T = self.positions.shape[1]
-        return torch.arange(T, device=self.positions.device)[None, :] < self.seq_lens.long()[:, None]
+        return torch.arange(T, device=self.positions.device)[None, :] < self.query_lens.long()[:, None]
 
     @classmethod
     def for_prefill(cls, prompt_lens: torch.Tensor, T: int, **paged) -> "AttentionMetadata":

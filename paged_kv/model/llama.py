@@ -104,7 +104,7 @@ class CausalSelfAttention(nn.Module):
             out = cache.prefill_attention(self.layer_idx, q, k, v, meta, backend)  # (B, T, H, D)
         elif meta.phase == "prefill":
             # No cache (recompute): the prompt attends to itself, its K/V right here.
-            out = attention.prefill_attention(q, k, v, meta.seq_lens, backend)  # (B, T, H, D)
+            out = attention.prefill_attention(q, k, v, meta.query_lens, backend)  # (B, T, H, D)
         else:
             if cache is None:
                 raise ConfigError("a decode step needs a KV cache; use phase 'prefill' to recompute")

@@ -8,7 +8,9 @@ decode step).  A sequence is sampled from only when everything it holds is compu
 preempted by recompute re-prefills prompt *and* generated tokens before it samples again.
 
 Follows vLLM v0's ``SequenceGroup``/``Sequence`` (a request of ``n`` sequences) and v1's
-``num_computed_tokens`` (one number tells prefill from decode).  Pure Python.
+``num_computed_tokens`` (one number tells prefill from decode).  The rules of a group of samples
+live here, on the request: who prefills (the *leader*), who holds blocks, what the next step runs.
+Pure Python.
 """
 
 from __future__ import annotations
@@ -16,8 +18,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Hashable
 
-from ..blocks.block_table import stored_tokens
-from ..errors import PromptError
+from ..blocks.block_table import group_blocks_needed, stored_tokens
+from ..errors import ConfigError, PromptError
+from ..sampling_params import SamplingParams
 from ..validate import count
 
 __all__ = ["FINISHED", "RUNNING", "Request", "STATUSES", "SWAPPED", "Sequence", "WAITING"]
@@ -81,6 +84,9 @@ class Request:
             every block hash (prefix caching).  Sampling settings are not: they leave K/V alone.
         cache_hits: per admission (the first, then each after a recompute preemption), the prompt
             tokens found in the prefix cache.
+        sampling_params: how its tokens are picked, carried to the runner in every chunk
+            (``None``: greedy; the bookkeeping itself reads only ``n`` and ``max_tokens``).
+        adapter_shift: its adapter's token shift (0: none), carried to the runner likewise.
     """
 
     request_id: Hashable
@@ -95,12 +101,18 @@ class Request:
     forked: bool = False
     extra_key: Hashable = None
     cache_hits: list[int] = field(default_factory=list)
+    sampling_params: SamplingParams | None = None
+    adapter_shift: int = 0
 
     def __post_init__(self) -> None:
         if not self.prompt:
             raise PromptError(f"request {self.request_id!r} has an empty prompt")
         self.n = count("n", self.n, 1)
         self.max_tokens = count("max_tokens", self.max_tokens, 1)
+        p = self.sampling_params
+        if p is not None and (not isinstance(p, SamplingParams) or (p.n, p.max_tokens) != (self.n, self.max_tokens)):
+            raise ConfigError(f"request {self.request_id!r}: sampling_params must be a SamplingParams with "
+                              f"n={self.n} and max_tokens={self.max_tokens}, got {p!r:.120}")
 
     @property
     def prompt_len(self) -> int:
@@ -130,3 +142,54 @@ class Request:
         """Tokens each sequence holds in the cache at its end: prompt + max_tokens - 1 (the last
         sampled token is returned, never fed back)."""
         return stored_tokens(self.prompt_len, self.max_tokens)
+
+    # --- the rules of a group of samples ----------------------------------------------------
+    @property
+    def is_group(self) -> bool:
+        """Whether it runs several samples (they share the prompt, forked from the leader)."""
+        return self.n > 1 or len(self.seqs) > 1
+
+    @property
+    def prefill_target(self) -> int:
+        """Tokens the leader prefills on admission: the prompt for a group (the samples then fork
+        and each re-prefills only its own tokens), everything it holds for a lone sequence."""
+        leader = self.leader
+        return self.prompt_len if leader is None or self.is_group else len(leader.tokens)
+
+    def holders(self) -> list[Sequence]:
+        """The sequences holding blocks: every unfinished sample once forked, else the leader
+        alone (finished samples have given theirs back)."""
+        if self.forked:
+            return [s for s in self.seqs if s.num_generated < self.max_tokens]
+        return [self.leader] if self.leader is not None else []
+
+    def lifetime_blocks(self, block_size: int) -> int:
+        """Blocks its samples hold at their peak (:func:`~paged_kv.blocks.group_blocks_needed`)."""
+        return group_blocks_needed(self.prompt_len, self.stored_tokens(), self.n, block_size)
+
+    def admission_tokens(self) -> int:
+        """The most tokens one admission of it allocates: a lone sequence re-prefills all it holds
+        after a recompute preemption (up to :meth:`stored_tokens`); a group only its prompt."""
+        return self.prompt_len if self.n > 1 else self.stored_tokens()
+
+    def largest_prefill(self) -> int:
+        """The longest prefill it can need in one piece (chunked prefill off): the admission's, or a
+        resumed sample's own tokens (at most ``max_tokens - 1``)."""
+        return max(self.prompt_len, self.max_tokens - 1) if self.n > 1 else self.stored_tokens()
+
+    def plan(self, budget: int, chunked: bool) -> list[tuple[Sequence, int]]:
+        """``(sequence, tokens)`` the next step may run for it within ``budget`` tokens: the leader's
+        prefill target before the group forks, every unfinished sample's pending tokens after.
+        With ``chunked`` off a sequence runs all its pending tokens or none."""
+        seqs = [s for s in self.seqs if s.num_generated < self.max_tokens] if self.forked else [self.leader]
+        out = []
+        for seq in seqs:
+            end = len(seq.tokens) if self.forked else self.prefill_target
+            pending = end - seq.num_computed
+            if pending <= 0 or seq.num_generated >= self.max_tokens:
+                continue
+            take = min(pending, budget) if chunked else (pending if pending <= budget else 0)
+            if take:
+                out.append((seq, take))
+                budget -= take
+        return out

@@ -12,7 +12,8 @@ state into a forward pass over them.
 Storage never decides which sequence owns which block: :mod:`paged_kv.blocks` does (vLLM paper §4.3).
 """
 
-from .batch import PagedBatch, last_token_logits, padded_block_tables, prepare_paged_batch, right_pad, run_paged_batch
+from .batch import (BatchRow, PagedBatch, last_token_logits, padded_block_tables, prepare_paged_batch, read_rows,
+                    right_pad, run_from_manager, run_paged_batch)
 from .contiguous_cache import ContiguousKVCache
 from .formats import (FlashAttnLayout, FlashInferLayout, VLLMLayout, all_layouts, flash_attn_layout,
                       flashinfer_layout, token_locations, vllm_layout)
@@ -20,5 +21,6 @@ from .paged_cache import KV_DTYPE_NAMES, PagedKVCache
 
 __all__ = ["ContiguousKVCache", "FlashAttnLayout", "FlashInferLayout", "KV_DTYPE_NAMES", "PagedBatch",
            "PagedKVCache", "VLLMLayout", "all_layouts", "flash_attn_layout", "flashinfer_layout",
-           "last_token_logits", "padded_block_tables", "prepare_paged_batch", "right_pad", "run_paged_batch",
+           "BatchRow", "last_token_logits", "padded_block_tables", "prepare_paged_batch", "read_rows", "right_pad",
+           "run_from_manager", "run_paged_batch",
            "token_locations", "vllm_layout"]

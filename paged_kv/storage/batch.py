@@ -1,38 +1,35 @@
-"""From the block manager's state to one forward pass: the one place where bookkeeping meets storage.
+"""From a step's block state to one forward pass: the one place where bookkeeping meets storage.
 
-vLLM calls this step "preparing the inputs" (its model runner): the scheduler and the block
-manager decided *which* tokens run and *where* their K/V live; this module turns that into the
-tensors the model and the paged cache read, and runs the pass.  :class:`~paged_kv.decoding.PagedDecoder`,
-the live block panel (:class:`~paged_kv.engine.LiveRequests`) and the serving engine all call it,
-so the order of operations below is written once.
+vLLM calls this "preparing the inputs" (its model runner): the bookkeeping decided *which* tokens
+run and *where* their K/V go (the rows: token ids, first position, slot mapping, block table);
+this module turns the rows into the tensors the model and the paged cache read, and runs the pass.
+The serving engine's runner gets its rows from the scheduler's output (its chunks carry these four
+fields); :class:`~paged_kv.decoding.PagedDecoder`, beam search and the live block panel read them
+from their own block manager (:func:`read_rows`), and :func:`run_from_manager` is their whole
+step.  Either way, one step is, in order:
 
-Order of operations for one step over a paged cache:
+1. **room** (the bookkeeping): every new token has a slot (``allocate``, ``append_slot``; a
+   shared, partly filled last block is copied first: copy-on-write, vLLM paper §4.4);
+2. **copy**: the step's copy-on-write copies are applied to the cache *before* anything is
+   written, so a sequence's new token lands in its own copy and the copy carries the shared tokens
+   (the runner applies the scheduler's ``copies``; :func:`run_from_manager` the manager's queue);
+3. **prepare** (:func:`prepare_paged_batch`): positions, the slot mapping (``-1`` = padding), the
+   block tables padded into one int32 tensor, ``query_lens`` and ``seq_lens``, as one
+   :class:`~paged_kv.model.AttentionMetadata`;
+4. **forward** (:func:`run_paged_batch`): each layer writes the new K/V at their slots, then attends
+   through the tables (vLLM paper §4.1-4.3); the logits of each row's last new token, ``[B, V]``.
 
-1. **room** (the caller): the :class:`~paged_kv.blocks.BlockSpaceManager` gives every new token
-   a slot: ``allocate(seq, n)`` for a prompt, ``append_slot(seq)`` for a decode token (a new block
-   only when the last is full; a copy of the last block when it is shared, copy-on-write);
-2. **prepare** (:func:`prepare_paged_batch`): read the manager: each new token's position and
-   slot (the slot mapping, ``-1`` for padding), every sequence's block table padded into one int32
-   tensor, the sequence lengths, as one :class:`~paged_kv.model.AttentionMetadata`; and *take* the
-   copy-on-write copies the manager queued in step 1;
-3. **copy** (:func:`run_paged_batch`): apply those copies to the cache *before* anything is
-   written, so a sequence's new token lands in its own copy and the copy carries the shared tokens;
-4. **forward**: each layer writes the new K/V at their slots, then attends through the tables
-   (vLLM paper §4.1-4.3);
-5. **logits**: each sequence's last new token's logits, ``[B, V]``.
+A row may start past position 0 (a later chunk of a prompt, or the uncached suffix after a
+prefix-cache hit): its tokens attend to the ``start`` cached tokens before them through the block
+table and causally to each other.
 
-With prefix caching (chapter 8) nothing here changes: a prompt whose first blocks were found in
-the cache is simply run from ``starts[b]`` = the cached tokens, as a prefill chunk whose context is
-those blocks, so only its uncached suffix goes through the model (the paged prefill kernel, or its
-torch reference), attending to the cached K/V through the block table.
-
-Legend: B sequences, T new tokens per sequence (right-padded), V vocab, NB blocks.
+Legend: B rows (sequences), T new tokens per row (right-padded), V vocab, NB blocks.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Hashable, Sequence
+from dataclasses import dataclass
+from typing import Hashable, NamedTuple, Sequence
 
 import torch
 
@@ -40,8 +37,25 @@ from ..blocks import BlockSpaceManager
 from ..errors import ConfigError, PromptError
 from ..model.attention import AttentionMetadata
 
-__all__ = ["PagedBatch", "last_token_logits", "padded_block_tables", "prepare_paged_batch", "right_pad",
-           "run_paged_batch"]
+__all__ = ["BatchRow", "PagedBatch", "last_token_logits", "padded_block_tables", "prepare_paged_batch",
+           "read_rows", "right_pad", "run_from_manager", "run_paged_batch"]
+
+
+class BatchRow(NamedTuple):
+    """One sequence's part of a forward pass (a :class:`~paged_kv.scheduling.Chunk` has the same
+    four fields and serves as a row too).
+
+    Attributes:
+        token_ids: the tokens run now.
+        start: the position of the first; the ``start`` tokens before it are cached (the context).
+        slot_mapping: the slot each token's K/V goes to.
+        block_table: the sequence's physical blocks in logical order.
+    """
+
+    token_ids: Sequence[int]
+    start: int
+    slot_mapping: Sequence[int]
+    block_table: Sequence[int]
 
 
 def right_pad(seqs: Sequence[Sequence[int]], device=None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -60,15 +74,13 @@ def last_token_logits(logits: torch.Tensor, lens: torch.Tensor) -> torch.Tensor:
     return logits[torch.arange(logits.shape[0], device=logits.device), lens.long() - 1]
 
 
-def padded_block_tables(manager: BlockSpaceManager, seq_ids: Sequence[Hashable], pad: int = 0,
-                        device=None) -> torch.Tensor:
-    """Block tables of ``seq_ids`` as one ``[B, max_blocks]`` int32 tensor, rows right-padded with
-    ``pad``.  vLLM pads with 0, a valid block id that no kernel reads: ``seq_lens`` stops it first."""
-    tables = [manager.block_table(s).block_ids for s in seq_ids]
+def padded_block_tables(tables: Sequence[Sequence[int]], pad: int = 0, device=None) -> torch.Tensor:
+    """Block tables as one ``[B, max_blocks]`` int32 tensor, rows right-padded with ``pad``.  vLLM
+    pads with 0, a valid block id that no kernel reads: ``seq_lens`` stops it first."""
     width = max((len(t) for t in tables), default=0)
     out = torch.full((len(tables), width), pad, dtype=torch.int32)   # (B, max_blocks)
     for b, t in enumerate(tables):
-        out[b, :len(t)] = torch.tensor(t, dtype=torch.int32)
+        out[b, :len(t)] = torch.tensor(list(t), dtype=torch.int32)
     return out.to(device)
 
 
@@ -77,89 +89,102 @@ class PagedBatch:
     """One forward pass over a paged cache, ready to run.
 
     Attributes:
-        seq_ids: the batch's sequences, row ``b`` = ``seq_ids[b]``.
-        input_ids: ``[B, T]`` int64, each sequence's new tokens, right-padded with 0.
-        metadata: phase, positions ``[B, T]``, seq_lens ``[B]`` int32, slot mapping ``[B, T]`` int64
-            (``-1`` = padding), block tables ``[B, max_blocks]`` int32.
-        num_new: ``[B]`` int32, new tokens per row (the last real one gives the row's logits).
-        copies: copy-on-write ``(src, dst)`` block copies to apply before the pass writes.
+        input_ids: ``[B, T]`` int64, each row's new tokens, right-padded with 0.
+        metadata: phase, positions ``[B, T]``, ``query_lens [B]`` and ``seq_lens [B]`` int32, slot
+            mapping ``[B, T]`` int64 (``-1`` = padding), block tables ``[B, max_blocks]`` int32.
     """
 
-    seq_ids: list
     input_ids: torch.Tensor
     metadata: AttentionMetadata
-    num_new: torch.Tensor
-    copies: list[tuple[int, int]] = field(default_factory=list)
+
+    @property
+    def num_new(self) -> torch.Tensor:
+        """``[B]`` int32, new tokens per row (the last real one gives the row's logits)."""
+        return self.metadata.query_lens
 
 
-def prepare_paged_batch(manager: BlockSpaceManager, seq_ids: Sequence[Hashable],
-                        new_tokens: Sequence[Sequence[int]], phase: str, device=None,
-                        starts: Sequence[int] | None = None) -> PagedBatch:
-    """Read ``manager`` into the tensors of one step: steps 2 of the module's order of operations.
-
-    ``new_tokens[b]`` are the token ids of sequence ``seq_ids[b]`` that this pass runs, at positions
-    ``starts[b] .. starts[b] + len(new_tokens[b]) - 1``, whose slots the manager has already given
-    (``allocate`` / ``append_slot``).  By default they are the sequence's *last* tokens
-    (``starts[b] = num_tokens - len``); the serving engine passes ``starts`` because it allocates a
-    whole prompt at admission and then runs it chunk by chunk.  The copy-on-write copies the manager
-    queued are taken (the queue is emptied) into :attr:`PagedBatch.copies`.
-
-    Args:
-        phase: ``"prefill"``: a prompt, or a chunk of it, per sequence: its new tokens attend to
-            the tokens cached before them (the first ``starts[b]``) and causally to each other
-            (chunked prefill starts a chunk anywhere, even inside a block); ``"decode"``: exactly
-            one new token per sequence.
-        starts: the position of each row's first new token (tokens).
+def read_rows(manager: BlockSpaceManager, seq_ids: Sequence[Hashable], new_tokens: Sequence[Sequence[int]],
+              starts: Sequence[int] | None = None) -> list[BatchRow]:
+    """The rows of a pass, read from a block manager whose slots are already given: row ``b`` runs
+    ``new_tokens[b]`` of sequence ``seq_ids[b]`` from position ``starts[b]`` (default: they are its
+    last tokens, ``num_tokens - len``).
 
     Raises:
-        ConfigError: an unknown phase; a decode row without exactly one token.
-        PromptError: an empty batch, or a row with no tokens or tokens past what its sequence holds.
+        PromptError: no sequences, counts that do not match, a row with no tokens or tokens past
+            what its sequence holds.
         BlockError: (from the manager) an unknown sequence id.
     """
-    if phase not in ("prefill", "decode"):
-        raise ConfigError(f"phase must be 'prefill' or 'decode', got {phase!r}")
     seq_ids = list(seq_ids)
     if not seq_ids or len(seq_ids) != len(new_tokens):
         raise PromptError(f"need one token list per sequence: {len(seq_ids)} sequences, "
                           f"{len(new_tokens)} token lists")
-    lens = [manager.num_tokens(s) for s in seq_ids]               # tokens each sequence holds now
-    counts = [len(t) for t in new_tokens]
-    if starts is None:
-        starts = [n - k for n, k in zip(lens, counts)]
-    elif len(starts) != len(seq_ids):
+    if starts is not None and len(starts) != len(seq_ids):
         raise PromptError(f"need one start per sequence: {len(seq_ids)} sequences, {len(starts)} starts")
-    starts = [int(x) for x in starts]
-    for s, n, k, x in zip(seq_ids, lens, counts, starts):
+    rows = []
+    for b, (s, toks) in enumerate(zip(seq_ids, new_tokens)):
+        n, k = manager.num_tokens(s), len(toks)
+        x = n - k if starts is None else int(starts[b])
         if k < 1 or x < 0 or x + k > n:
             raise PromptError(f"sequence {s!r} holds {n} tokens; cannot run {k} new ones from position {x}")
-        if phase == "decode" and k != 1:
-            raise ConfigError(f"a decode step runs one token per sequence; sequence {s!r} has {k}")
-    ids, num_new = right_pad(new_tokens)                                  # (B, T), (B,)
+        rows.append(BatchRow(list(toks), x, manager.slot_mapping(s, x, x + k), manager.block_ids(s)))
+    return rows
+
+
+def prepare_paged_batch(rows: Sequence[BatchRow], phase: str, device=None) -> PagedBatch:
+    """The tensors of one pass from its rows (:class:`BatchRow` or scheduler chunks): step 3 of the
+    module's order.
+
+    Args:
+        phase: ``"prefill"``: each row's tokens attend to the ``start`` tokens cached before them
+            and causally to each other (chunked prefill starts a row anywhere, even inside a
+            block); ``"decode"``: exactly one new token per row.
+
+    Raises:
+        ConfigError: an unknown phase; a decode row without exactly one token.
+        PromptError: no rows, an empty row, or a slot mapping whose length is not the row's.
+    """
+    if phase not in ("prefill", "decode"):
+        raise ConfigError(f"phase must be 'prefill' or 'decode', got {phase!r}")
+    if not rows:
+        raise PromptError("a forward pass needs at least one row")
+    for r in rows:
+        if len(r.token_ids) < 1 or len(r.slot_mapping) != len(r.token_ids):
+            raise PromptError(f"a row runs {len(r.token_ids)} tokens into {len(r.slot_mapping)} slots")
+        if phase == "decode" and len(r.token_ids) != 1:
+            raise ConfigError(f"a decode step runs one token per sequence; a row has {len(r.token_ids)}")
+    ids, query_lens = right_pad([r.token_ids for r in rows])               # (B, T), (B,)
     B, T = ids.shape
-    positions = torch.zeros(B, T, dtype=torch.long)                       # (B, T)
-    slots = torch.full((B, T), -1, dtype=torch.int64)                     # (B, T), -1 = padding
-    for b, (s, k, x) in enumerate(zip(seq_ids, counts, starts)):
-        positions[b, :k] = torch.arange(x, x + k)
-        positions[b, k:] = x + k - 1           # padding: a valid position, never written or read
-        slots[b, :k] = torch.tensor(manager.slot_mapping(s, x, x + k), dtype=torch.int64)
-    ends = torch.tensor([x + k for x, k in zip(starts, counts)], dtype=torch.int32)
-    seq_lens = num_new if phase == "prefill" else ends
-    context = torch.tensor(starts, dtype=torch.int32) if phase == "prefill" else None
-    meta = AttentionMetadata(phase, positions.to(device), seq_lens.to(device), slot_mapping=slots.to(device),
-                             block_tables=padded_block_tables(manager, seq_ids, device=device),
-                             context_lens=None if context is None else context.to(device))
-    return PagedBatch(seq_ids, ids.to(device), meta, num_new.to(device), manager.take_copies())
+    positions = torch.zeros(B, T, dtype=torch.long)                        # (B, T)
+    slots = torch.full((B, T), -1, dtype=torch.int64)                      # (B, T), -1 = padding
+    for b, r in enumerate(rows):
+        k = len(r.token_ids)
+        positions[b, :k] = torch.arange(r.start, r.start + k)
+        positions[b, k:] = r.start + k - 1     # padding: a valid position, never written or read
+        slots[b, :k] = torch.tensor(list(r.slot_mapping), dtype=torch.int64)
+    seq_lens = torch.tensor([r.start + len(r.token_ids) for r in rows], dtype=torch.int32)
+    meta = AttentionMetadata(phase, positions.to(device), seq_lens.to(device), query_lens=query_lens.to(device),
+                             slot_mapping=slots.to(device),
+                             block_tables=padded_block_tables([r.block_table for r in rows], device=device))
+    return PagedBatch(ids.to(device), meta)
 
 
 @torch.no_grad()
 def run_paged_batch(model, cache, batch: PagedBatch, backend: str = "torch") -> torch.Tensor:
-    """Steps 3-5 of the module's order of operations: apply the batch's copy-on-write copies to
-    ``cache`` (a :class:`~paged_kv.storage.PagedKVCache`), run ``model`` (a
-    :class:`~paged_kv.model.TinyLlama`) on the new tokens, return each sequence's next-token
-    logits ``[B, V]`` (fp32).
+    """Step 4 of the module's order: run ``model`` (a :class:`~paged_kv.model.TinyLlama`) on the
+    batch over ``cache`` (a :class:`~paged_kv.storage.PagedKVCache`); returns each row's
+    next-token logits ``[B, V]`` (fp32).  The step's copy-on-write copies must be applied first.
 
     Raises whatever the cache and model raise (``CacheError``, ``TensorError``, ``PromptError``).
     """
-    cache.copy_blocks(batch.copies, backend)
     logits = model(batch.input_ids, batch.metadata, cache, backend)      # (B, T, V)
-    return last_token_logits(logits, batch.num_new)
+    return last_token_logits(logits, batch.metadata.query_lens)
+
+
+def run_from_manager(model, cache, manager: BlockSpaceManager, seq_ids: Sequence[Hashable],
+                     new_tokens: Sequence[Sequence[int]], phase: str, backend: str = "torch",
+                     starts: Sequence[int] | None = None) -> torch.Tensor:
+    """The whole step for a driver that owns a block manager (steps 2-4): apply the copies the
+    manager queued, read the rows (:func:`read_rows`), prepare, run.  Returns logits ``[B, V]``."""
+    cache.copy_blocks(manager.take_copies(), backend)
+    rows = read_rows(manager, seq_ids, new_tokens, starts)
+    return run_paged_batch(model, cache, prepare_paged_batch(rows, phase, model.device), backend)

@@ -91,10 +91,10 @@ class ContiguousKVCache:
             CacheError: a chunk that does not start at position 0 (chunked prefill needs the
                 paged cache).
         """
-        if meta.context_lens is not None and bool((meta.context_lens != 0).any()):
+        if bool((meta.context_lens != 0).any()):
             raise CacheError("the contiguous cache prefills whole prompts only; chunked prefill "
                              "(context_lens > 0) needs the paged cache")
-        return attention.prefill_attention(q, k, v, meta.seq_lens, backend)
+        return attention.prefill_attention(q, k, v, meta.query_lens, backend)
 
     def decode_attention(self, layer: int, q: torch.Tensor, meta: AttentionMetadata, backend: str) -> torch.Tensor:
         """Attention of ``q [B, H, D]`` over the first ``meta.seq_lens[b]`` cached tokens."""

@@ -95,7 +95,7 @@ def vllm_layout(manager: BlockSpaceManager, seq_ids: Sequence | None = None,
     else:
         q = [int(x) for x in new_tokens]
     slots = [slot for s, n, k in zip(seq_ids, lens, q) for slot in manager.slot_mapping(s, n - k, n)]
-    return VLLMLayout(manager.block_size, padded_block_tables(manager, seq_ids, pad),
+    return VLLMLayout(manager.block_size, padded_block_tables([manager.block_ids(s) for s in seq_ids], pad),
                       torch.tensor(lens, dtype=torch.int32), torch.tensor(q, dtype=torch.int32),
                       torch.tensor(slots, dtype=torch.int64))
 
@@ -146,7 +146,7 @@ class FlashAttnLayout:
 def flash_attn_layout(manager: BlockSpaceManager, seq_ids: Sequence | None = None, pad: int = 0) -> FlashAttnLayout:
     """The state as ``flash_attn_with_kvcache`` takes it (``cache_seqlens`` = tokens already cached)."""
     seq_ids = _seq_ids(manager, seq_ids)
-    return FlashAttnLayout(manager.block_size, padded_block_tables(manager, seq_ids, pad),
+    return FlashAttnLayout(manager.block_size, padded_block_tables([manager.block_ids(s) for s in seq_ids], pad),
                            torch.tensor([manager.num_tokens(s) for s in seq_ids], dtype=torch.int32))
 
 

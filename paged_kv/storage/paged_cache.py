@@ -183,17 +183,14 @@ class PagedKVCache:
     def prefill_attention(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                           meta: AttentionMetadata, backend: str) -> torch.Tensor:
         """Attention of a prefill chunk's queries ``q [B, T, H, D]`` over everything its sequence
-        holds: the tokens cached before the chunk (``meta.context_lens``, default 0) through the
+        holds: the tokens cached before the chunk (``meta.context_lens``) through the
         block tables, and the chunk itself causally.  The chunk's ``k, v`` are already stored
         (:meth:`store` runs first), so they are read from the cache like the rest.  Returns
         ``[B, T, H, D]``; ``backend="triton"`` runs :func:`kernels.paged_prefill.paged_prefill_attention`.
         """
         if meta.block_tables is None:
             raise TensorError("the paged cache needs meta.block_tables ([B, max_blocks] int32)")
-        context = meta.context_lens
-        if context is None:
-            context = torch.zeros_like(meta.seq_lens)
-        args = (q, self.k_cache[layer], self.v_cache[layer], meta.block_tables, context, meta.seq_lens)
+        args = (q, self.k_cache[layer], self.v_cache[layer], meta.block_tables, meta.context_lens, meta.query_lens)
         if check_backend(backend) == "triton":
             return paged_prefill.paged_prefill_attention(*args)
         return paged_prefill.paged_prefill_attention_reference(*args)

@@ -160,7 +160,7 @@ def package_admit(waiting, free_blocks, block_size, watermark_blocks, preempted_
     the watermark fraction that rounds to ``watermark_blocks``, a token budget that fits every
     prompt; the requests it admits in one step."""
     from paged_kv.errors import PagedKVError
-    from paged_kv.scheduling import Scheduler, SchedulerConfig
+    from paged_kv.scheduling import Scheduler, SchedulerConfig, Verdict
 
     held = 64
     pool = free_blocks + held
@@ -170,7 +170,7 @@ def package_admit(waiting, free_blocks, block_size, watermark_blocks, preempted_
     s.manager.allocate(10**9, held * block_size)
     for i, p in enumerate(waiting):
         s.add(i, list(range(p)), max_tokens=1)
-    if not waiting or (preempted_this_step and s.admission(s.waiting[0], preempted_this_step=True).verdict != "now"):
+    if not waiting or (preempted_this_step and s.admission(s.waiting[0], preempted_this_step=True).verdict is not Verdict.NOW):
         return 0
     try:
         return len(s.schedule().admitted)

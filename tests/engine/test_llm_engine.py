@@ -79,9 +79,8 @@ def test_preempted_request_is_rebuilt_exactly(tiny, mode, budget):
     while len(req.seqs[0].output) == 7:
         out = sch.schedule()
         (chunk,) = out.chunks
-        runs.append((chunk.start, chunk.length, chunk.sample))
-        _, sampled = e.runner.execute(sch, out, lambda r: params)
-        sch.update(out, sampled)
+        runs.append((chunk.start, chunk.query_len, chunk.sample))
+        sch.update(out, e.runner.execute(out).sampled_token_ids)
         assert len(sch.manager.block_table(chunk.seq_id)) == 3     # ceil(12 / 4) right after
     if mode == "recompute":
         chunks = [(0, 12)] if budget >= 12 else [(0, 5), (5, 5), (10, 2)]
@@ -118,10 +117,10 @@ def test_chunked_prefill_slots_and_values(tiny, budget):
         chunks = []
         while e.has_unfinished_requests():
             out = e.scheduler.schedule()
-            chunks += [(c.start, c.length, c.slots, c.sample) for c in out.chunks]
-            _, sampled = e.runner.execute(e.scheduler, out, lambda r: SamplingParams(max_tokens=1))
-            logits = dict(e.runner.last_logits)
-            e.scheduler.update(out, sampled)
+            chunks += [(c.start, c.query_len, c.slot_mapping, c.sample) for c in out.chunks]
+            result = e.runner.execute(out)
+            logits = dict(result.logits)
+            e.scheduler.update(out, result.sampled_token_ids)
         return e, chunks, next(iter(logits.values())), e.output(rid).token_ids
 
     table = [6, 2, 9, 0]

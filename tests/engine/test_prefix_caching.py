@@ -9,6 +9,7 @@ from paged_kv.engine import EngineConfig, LLMEngine
 from paged_kv.errors import ConfigError
 from paged_kv.model import load_tiny_model
 from paged_kv.model.sampling import SamplingParams
+from paged_kv.scheduling import Verdict
 
 
 @pytest.fixture(scope="module")
@@ -23,14 +24,21 @@ def engine(model, **kw) -> LLMEngine:
     return LLMEngine(model, EngineConfig(**kw))
 
 
-def capture(e: LLMEngine) -> list:
-    """Record every SchedulerOutput the engine runs (the scheduler's plan, as planned)."""
-    outs, plan = [], e.scheduler.schedule
+def capture(e: LLMEngine, results: list | None = None) -> list:
+    """Record every SchedulerOutput the engine runs (the scheduler's plan, as planned), and into
+    ``results`` every ModelRunnerOutput."""
+    outs, plan, run = [], e.scheduler.schedule, e.runner.execute
 
     def schedule():
         outs.append(plan())
         return outs[-1]
-    e.scheduler.schedule = schedule
+
+    def execute(out):
+        result = run(out)
+        if results is not None:
+            results.append(result)
+        return result
+    e.scheduler.schedule, e.runner.execute = schedule, execute
     return outs
 
 
@@ -80,7 +88,7 @@ def test_issue_hit_accounting_example(tiny):
     r2 = e.add_request(R2, SamplingParams(max_tokens=2))
     before = (sch.prefix_queries, sch.prefix_hits, [m.allocator.ref_count(b) for b in range(6)])
     verdict = sch.admission(sch.requests[r2])
-    assert verdict.verdict == "later" and "needs 2 new blocks; 1 other blocks are free" in verdict.reason
+    assert verdict.verdict is Verdict.LATER and "needs 2 new blocks; 1 other blocks are free" in verdict.reason
     e.step()                                   # Q decodes and finishes; R2's admission fails
     assert e.output(q).finished and sch.requests[r2].status == "waiting"
     assert sch.requests[r2].cache_hits == [] and outs[-1].cache_hits == {}
@@ -88,7 +96,7 @@ def test_issue_hit_accounting_example(tiny):
     e.step()                                   # admitted: 12 tokens hit, positions 12..16 run
     assert outs[-1].cache_hits == {r2: 12}
     (c,) = outs[-1].chunks
-    assert (c.start, c.length) == (12, 5)
+    assert (c.start, c.query_len) == (12, 5)
     table = m.block_table(sch.requests[r2].seqs[0].seq_id).block_ids
     assert table[:3] == sorted(r1_blocks) and len(table) == 5        # the hits + 2 new blocks
     assert len(e.output(r2).token_ids[0]) == 1
@@ -96,7 +104,7 @@ def test_issue_hit_accounting_example(tiny):
     e.step()                                   # resumed: 16 tokens hit, positions 16..17 run
     assert outs[-1].cache_hits == {r2: 16}
     (c,) = outs[-1].chunks
-    assert (c.start, c.length) == (16, 2)
+    assert (c.start, c.query_len) == (16, 2)
     assert e.output(r2).finished and e.output(r2).cached_tokens == [12, 16]
     assert (sch.prefix_queries, sch.prefix_hits) == (12 + 7 + 17 + 18, 12 + 16)
     assert e.output(r2).token_ids == uncached(model, R2, SamplingParams(max_tokens=2))
@@ -140,7 +148,7 @@ def test_full_hit_still_runs_the_last_token(tiny, prompt_len, hit):
     second = e.generate(prompt, params)[0]
     assert first.cached_tokens == [0] and second.cached_tokens == [hit]
     prefill = [c for o in outs[-3:] for c in o.chunks if c.start == hit]
-    assert prefill and prefill[0].length == prompt_len - hit        # the uncached tail, never 0 tokens
+    assert prefill and prefill[0].query_len == prompt_len - hit        # the uncached tail, never 0 tokens
     want = uncached(model, prompt, params, block_size=16)
     assert first.token_ids == second.token_ids == want
 
@@ -162,13 +170,14 @@ def test_a_colliding_hash_never_hands_out_a_wrong_block(tiny):
 def run_trace(model, prompts, params, caching, **kw):
     """Serve all prompts at once; returns (token ids, logits per (request, sample, position), engine)."""
     e = engine(model, enable_prefix_caching=caching, **kw)
-    logits, outs = {}, capture(e)
+    logits, results = {}, []
+    outs = capture(e, results)
     ids = [e.add_request(p, sp) for p, sp in zip(prompts, params)]
     while e.has_unfinished_requests():
         e.step()
         for c in outs[-1].chunks:
             if c.sample:
-                logits[(c.request_id, c.index, c.start + c.length - 1)] = e.runner.last_logits[c.seq_id].clone()
+                logits[(c.request_id, c.index, c.start + c.query_len - 1)] = results[-1].logits[c.seq_id].clone()
     return [e.output(i).token_ids for i in ids], logits, e
 
 

@@ -4,7 +4,7 @@ before the tokens to run, a failed admission counts nothing, a preempted request
 import pytest
 
 from paged_kv.errors import ConfigError
-from paged_kv.scheduling import Scheduler, SchedulerConfig
+from paged_kv.scheduling import Scheduler, SchedulerConfig, Verdict
 
 
 def step(sch, token=0):
@@ -32,16 +32,16 @@ def test_a_failed_admission_changes_no_counter_and_the_next_lookup_sees_the_new_
     sch.add("r2", r2, max_tokens=2)
     hit = sch.manager.cache_hit(r2)
     counters = (sch.prefix_queries, sch.prefix_hits)
-    assert len(hit) == 3 and sch.admission(sch.requests["r2"]).verdict == "later"
+    assert len(hit) == 3 and sch.admission(sch.requests["r2"]).verdict is Verdict.LATER
     out = step(sch)                                    # q finishes, r2 waits
     assert "r2" not in out.admitted and out.cache_hits == {}
     assert (sch.prefix_queries, sch.prefix_hits) == counters == (12 + 7, 0)
     assert [sch.manager.allocator.ref_count(b) for b in hit] == [0, 0, 0]   # the lookup touched nothing
     out = step(sch)
-    assert out.cache_hits == {"r2": 12} and [(c.start, c.length) for c in out.chunks] == [(12, 5)]
+    assert out.cache_hits == {"r2": 12} and [(c.start, c.query_len) for c in out.chunks] == [(12, 5)]
     sch.preempt("r2")
     out = step(sch)
-    assert out.cache_hits == {"r2": 16} and [(c.start, c.length) for c in out.chunks] == [(16, 2)]
+    assert out.cache_hits == {"r2": 16} and [(c.start, c.query_len) for c in out.chunks] == [(16, 2)]
     assert sch.requests["r2"].cache_hits == [12, 16]
     assert sch.manager.num_free_blocks == 6
     sch.check()

@@ -3,7 +3,7 @@
 import pytest
 
 from paged_kv.errors import AdmissionError, ConfigError, PagedKVError
-from paged_kv.scheduling import Scheduler, SchedulerConfig, group_blocks_needed
+from paged_kv.scheduling import Scheduler, SchedulerConfig, Verdict, group_blocks_needed
 
 
 def run(sch: Scheduler, steps: int = 1000, token: int = 7) -> list:
@@ -46,11 +46,11 @@ def test_issue_admission_example():
 def test_admission_verdicts_name_their_reason():
     sch = Scheduler(SchedulerConfig(num_gpu_blocks=4, block_size=4, watermark=0.0, max_num_seqs=1))
     a = sch.add("a", [1] * 8, max_tokens=4)
-    assert sch.admission(a).verdict == "now"
+    assert sch.admission(a).verdict is Verdict.NOW
     sch.schedule()
     b = sch.add("b", [1] * 4, max_tokens=2)
     verdict = sch.admission(b)
-    assert verdict.verdict == "later" and "max_num_seqs" in verdict.reason
+    assert verdict.verdict is Verdict.LATER and "max_num_seqs" in verdict.reason
     assert sch.admission(b, preempted_this_step=True).reason == "a request was preempted in this step"
 
 
@@ -80,9 +80,9 @@ def test_chunks_follow_the_budget_and_start_inside_blocks():
         out = sch.schedule()
         for c in out.chunks:
             table = table or sch.manager.block_table(c.seq_id).block_ids
-            assert list(c.slots) == [table[t // 4] * 4 + t % 4 for t in range(c.start, c.start + c.length)]
-            starts.append((c.start, c.length))
-            if c.sample and c.start + c.length < 13:
+            assert list(c.slot_mapping) == [table[t // 4] * 4 + t % 4 for t in range(c.start, c.start + c.query_len)]
+            starts.append((c.start, c.query_len))
+            if c.sample and c.start + c.query_len < 13:
                 sampled_before_end.append(c)
         sch.update(out, {c.seq_id: [1] for c in out.chunks if c.sample})
     assert starts == [(0, 5), (5, 5), (10, 3), (13, 1)]
@@ -96,7 +96,7 @@ def test_decodes_come_first_and_share_the_budget():
     sch.update(out, {c.seq_id: [2] for c in out.chunks if c.sample})
     sch.add("b", [1] * 20, max_tokens=2)
     out = sch.schedule()
-    assert [(c.request_id, c.length) for c in out.chunks] == [("a", 1), ("b", 5)]
+    assert [(c.request_id, c.query_len) for c in out.chunks] == [("a", 1), ("b", 5)]
     assert out.decode_tokens == 1 and out.prefill_tokens == 5
 
 
@@ -135,7 +135,7 @@ def test_recompute_resumes_with_generated_tokens_as_context():
     assert sch.waiting[0] is req and req.seqs[0].num_computed == 0 and sch.manager.num_free_blocks == 8
     out = sch.schedule()
     (chunk,) = out.chunks
-    assert (chunk.start, chunk.length, chunk.sample) == (0, 12, True)
+    assert (chunk.start, chunk.query_len, chunk.sample) == (0, 12, True)
     assert len(sch.manager.block_table(chunk.seq_id)) == 3          # ceil(12 / 4)
     assert req.seqs[0].prompt_len == 5                              # outputs stay outputs
 
@@ -177,10 +177,10 @@ def test_group_recompute_forks_at_the_prompt_end():
     before = [list(s.tokens) for s in req.seqs]
     sch.preempt("g")
     out = sch.schedule()
-    assert [(c.start, c.length, c.sample) for c in out.chunks] == [(0, 6, False)]   # the prompt, once
+    assert [(c.start, c.query_len, c.sample) for c in out.chunks] == [(0, 6, False)]   # the prompt, once
     sch.update(out, {})
     out = sch.schedule()
-    assert sorted((c.start, c.length, c.sample) for c in out.chunks) == [(6, 3, True), (6, 3, True)]
+    assert sorted((c.start, c.query_len, c.sample) for c in out.chunks) == [(6, 3, True), (6, 3, True)]
     assert [list(s.tokens) for s in req.seqs] == before
     sch.check()
 
@@ -221,7 +221,7 @@ def test_nobody_new_starts_while_a_request_is_swapped_out():
     sch.preempt("b")
     new = sch.add("c", [1] * 2, max_tokens=2)
     verdict = sch.admission(new)
-    assert verdict.verdict == "later" and "swapped out" in verdict.reason
+    assert verdict.verdict is Verdict.LATER and "swapped out" in verdict.reason
     starts = []
     while sch.has_unfinished:
         out = sch.schedule()

@@ -1,0 +1,77 @@
+"""What a caller gets back for a request: its tokens, text and latencies (vLLM's ``RequestOutput``).
+
+An output follows its request live: it reads the scheduler's :class:`~paged_kv.scheduling.Request`,
+so the tokens are never copied and never stale; the engine stamps the clock times as tokens come.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Hashable
+
+from ..scheduling import Request
+
+__all__ = ["RequestOutput"]
+
+
+@dataclass
+class RequestOutput:
+    """A request's state (vLLM's ``RequestOutput``, trimmed); it follows the request live.
+
+    Attributes:
+        request_id: its id; ``prompt``: its prompt as given (text or token ids).
+        finished: whether every sample has its ``max_tokens``.
+        arrival, first_token, finish: clock times (s) it arrived, produced its first token, finished
+            (``nan`` until then).
+        preemptions: times it was preempted.
+        last_token: clock time (s) of its latest token; max_itl: the longest wait between two of
+            its consecutive tokens (s; inter-token latency, ITL, as vLLM's metrics call it), where a
+            preemption shows as one long stall.
+        token_ids: (property) per sample, the tokens generated so far; ``text``: the same decoded
+            (``None`` without a tokenizer).
+    """
+
+    request_id: Hashable
+    prompt: object
+    request: Request = field(repr=False)
+    tokenizer: object = field(default=None, repr=False)
+    finished: bool = False
+    arrival: float = 0.0
+    first_token: float = math.nan
+    finish: float = math.nan
+    preemptions: int = 0
+    last_token: float = math.nan
+    max_itl: float = 0.0
+
+    @property
+    def token_ids(self) -> list[list[int]]:
+        outs = self.request.outputs
+        return outs + [[] for _ in range(self.request.n - len(outs))]   # samples not forked yet
+
+    @property
+    def text(self) -> list[str] | None:
+        return None if self.tokenizer is None else [self.tokenizer.decode(t) for t in self.token_ids]
+
+    @property
+    def cached_tokens(self) -> list[int]:
+        """Per admission of the request (the first, then after each recompute preemption), the
+        prompt tokens its prefix-cache hit saved (empty with caching off)."""
+        return list(self.request.cache_hits)
+
+    @property
+    def ttft(self) -> float:
+        """Time to first token (s): first token minus arrival."""
+        return self.first_token - self.arrival
+
+    @property
+    def tpot(self) -> float:
+        """Time per output token (s) after the first: ``(finish - first_token) / (tokens - 1)``
+        (``nan`` for a one-token output)."""
+        n = len(self.token_ids[0]) if self.token_ids else 0
+        return (self.finish - self.first_token) / (n - 1) if n > 1 else math.nan
+
+    @property
+    def latency(self) -> float:
+        """End-to-end latency (s): finish minus arrival."""
+        return self.finish - self.arrival

@@ -1,0 +1,98 @@
+"""One engine step as plain data, for figures that replay a run (:mod:`paged_kv.viz.serving`), and
+the step in words.
+
+A record holds no live objects (snapshots, tuples, strings), so a static page can draw a run long
+after the engine is gone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..blocks import Event, rename_sequences, snapshot
+from ..scheduling import Request, Scheduler, SchedulerOutput, Sequence
+
+__all__ = ["StepRecord", "describe", "seq_name", "step_record"]
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """One step as plain data, for figures that replay a run (:mod:`paged_kv.viz.serving`).
+
+    Attributes:
+        step: its number (0 = before the first step); ``clock_s``: the clock after it (s).
+        pool: the GPU pool after it, a :class:`~paged_kv.blocks.Snapshot` whose sequences are
+            named ``"<request>"`` (the leader) and ``"<request>.<i>"`` (sample ``i``).
+        cpu: per CPU block, the sequence holding it (``None``: free).
+        waiting, running, swapped: per queue, ``(request, generated tokens, max_tokens, computed
+            prompt tokens, prompt tokens)`` in queue order.
+        text: what happened, in words.
+        cached: per GPU block, whether it holds a prefix-cache entry (a cached block in use, or a
+            cached-free one when the pool shows it free); empty with caching off.
+        hits: blocks handed out as prefix-cache hits in this step; evicted: blocks whose entry
+            was evicted in this step, in LRU order.
+    """
+
+    step: int
+    clock_s: float
+    pool: object
+    cpu: tuple
+    waiting: tuple
+    running: tuple
+    swapped: tuple
+    text: str
+    cached: tuple = ()
+    hits: tuple = ()
+    evicted: tuple = ()
+
+
+def step_record(scheduler: Scheduler, step: int, clock_s: float, text: str, hits=(), evicted=()) -> StepRecord:
+    """The scheduler's queues and pools now, as a :class:`StepRecord` (``hits``, ``evicted``: this
+    step's prefix-cache hits and evictions, block ids)."""
+    sch = scheduler
+    cached = ()
+    if sch.manager.cache is not None:
+        cached = tuple(b in sch.manager.cache for b in range(sch.config.num_gpu_blocks))
+    names = {s.seq_id: seq_name(r, s) for r in sch.requests.values() for s in r.seqs}
+    pool = rename_sequences(snapshot(sch.manager, step, Event("step", text=text)), names)
+    cpu = [None] * sch.config.num_cpu_blocks
+    for sid in sch.manager.swapped_ids:
+        for b in sch.manager.swapped_table(sid).block_ids:
+            cpu[b] = names.get(sid, str(sid))
+
+    def rows(queue):
+        return tuple((str(r.request_id), max(s.num_generated for s in r.seqs), r.max_tokens,
+                      min(r.leader.num_computed, r.prompt_len), r.prompt_len) for r in queue)
+    return StepRecord(step, clock_s, pool, tuple(cpu), rows(sch.waiting), rows(sch.running), rows(sch.swapped),
+                      text, cached, tuple(hits), tuple(evicted))
+
+
+def seq_name(request: Request, seq: Sequence) -> str:
+    """A sequence's name in figures: ``"<request>"`` for sample 0, ``"<request>.<i>"`` for sample i."""
+    return str(request.request_id) if seq.index == 0 else f"{request.request_id}.{seq.index}"
+
+
+def describe(out: SchedulerOutput, done: list[Request]) -> str:
+    """One step in words: who was admitted, preempted (how), finished; prefill chunks and decodes."""
+    parts = []
+    if out.admitted:
+        parts.append("admitted " + ", ".join(map(str, out.admitted)))
+    hits = {r: k for r, k in out.cache_hits.items() if k}
+    if hits:
+        parts.append("prefix-cache hit " + ", ".join(f"{r}: {k} tokens" for r, k in hits.items()))
+    if out.recomputed:
+        parts.append("preempted " + ", ".join(map(str, out.recomputed)) + " (recompute)")
+    if out.swapped:
+        parts.append("swapped out " + ", ".join(map(str, out.swapped)))
+    if out.swap_in:
+        parts.append(f"{len(out.swap_in)} blocks swapped in")
+    chunks = [f"{c.request_id}[{c.start}:{c.seq_len}]" for c in out.chunks if c.query_len > 1 or not c.sample]
+    if chunks:
+        parts.append("prefill " + ", ".join(chunks))
+    if out.decode_tokens:
+        parts.append(f"{out.decode_tokens} decode token{'s' if out.decode_tokens > 1 else ''}")
+    if out.copies:
+        parts.append(f"{len(out.copies)} copy-on-write copies")
+    if done:
+        parts.append("finished " + ", ".join(str(r.request_id) for r in done))
+    return "; ".join(parts) or "nothing to do"

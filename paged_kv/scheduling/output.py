@@ -1,0 +1,121 @@
+"""One step as data: what the scheduler decided, complete enough that the model runner needs
+nothing else.
+
+vLLM v1's ``SchedulerOutput`` (``vllm/v1/core/sched/output.py``) is the model: the runner never
+calls back into the scheduler or the block manager.  Ours sends every scheduled chunk whole
+(token ids, positions, block table, slot mapping, sampling settings) where vLLM sends a new
+request once and only what changed afterwards; whole chunks are easier to read and to test,
+and cost a tuple per sequence per step.  Pure Python.
+
+Legend: BS block size (tokens per block).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Hashable
+
+from ..sampling_params import SamplingParams
+
+__all__ = ["Chunk", "SchedulerOutput"]
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    """One sequence's share of a step: its tokens ``start .. start + query_len - 1`` run now.
+
+    Attributes:
+        request_id, seq_id: whose tokens; ``index``: the sample's number in its request (its
+            generator is seeded ``seed + index``).
+        start: the first position; the ``start`` tokens before it are in the cache (the context).
+        token_ids: the tokens run now (one for a decode step).
+        slot_mapping: the slot each token's K/V goes to (``block_id * BS + offset``).
+        block_table: the sequence's physical blocks in logical order, after this step's are taken.
+        sample: whether a token is sampled from the last position (the sequence is then fully
+            computed).  ``num_samples``: how many: ``n`` for the leader of a fresh ``n``-sample
+            request that has just finished its prompt (the samples fork from it), else 1.
+        sampling_params: the request's :class:`~paged_kv.sampling_params.SamplingParams`
+            (``None``: greedy).
+        output_token_ids: the tokens this sequence generated so far, sent only when a sampled
+            chunk's request has a frequency penalty (the penalty counts them); else empty.
+        adapter_shift: the request's adapter (a stand-in for a LoRA adapter: the runner feeds
+            token ``(t + shift) mod V`` for ``t``); 0 for none.
+    """
+
+    request_id: Hashable
+    seq_id: int
+    index: int
+    start: int
+    token_ids: tuple[int, ...]
+    slot_mapping: tuple[int, ...]
+    block_table: tuple[int, ...]
+    sample: bool
+    num_samples: int = 1
+    sampling_params: SamplingParams | None = None
+    output_token_ids: tuple[int, ...] = ()
+    adapter_shift: int = 0
+
+    @property
+    def query_len(self) -> int:
+        """Tokens run now (vLLM's ``query_len``)."""
+        return len(self.token_ids)
+
+    @property
+    def seq_len(self) -> int:
+        """Context plus the new tokens: what attention reads (vLLM's ``seq_len``)."""
+        return self.start + len(self.token_ids)
+
+    @property
+    def positions(self) -> range:
+        return range(self.start, self.start + len(self.token_ids))
+
+
+@dataclass
+class SchedulerOutput:
+    """What one step must do, in order: ``swap_out`` (GPU -> CPU block pairs), ``swap_in``
+    (CPU -> GPU), ``copies`` (copy-on-write ``(src, dst)`` GPU blocks), then run ``chunks``.
+
+    Also: ``finished_req_ids`` (requests that finished since the last step: the runner drops their
+    state), ``preempted`` (request ids, with ``recomputed`` and ``swapped`` split), ``admitted``
+    (started or resumed), ``prefill_tokens`` and ``decode_tokens`` (the token budget used),
+    ``cache_hits`` (per request admitted now, the prompt tokens its prefix-cache hit saved) and
+    ``hit_blocks`` (the blocks those hits handed out).
+    """
+
+    chunks: list[Chunk] = field(default_factory=list)
+    swap_out: list[tuple[int, int]] = field(default_factory=list)
+    swap_in: list[tuple[int, int]] = field(default_factory=list)
+    copies: list[tuple[int, int]] = field(default_factory=list)
+    finished_req_ids: list = field(default_factory=list)
+    preempted: list = field(default_factory=list)
+    recomputed: list = field(default_factory=list)
+    swapped: list = field(default_factory=list)
+    admitted: list = field(default_factory=list)
+    prefill_tokens: int = 0
+    decode_tokens: int = 0
+    cache_hits: dict = field(default_factory=dict)
+    hit_blocks: list = field(default_factory=list)
+
+    @property
+    def num_tokens(self) -> int:
+        """Tokens the step runs (its share of ``max_num_batched_tokens``)."""
+        return self.prefill_tokens + self.decode_tokens
+
+    @property
+    def query_lens(self) -> list[int]:
+        """Per chunk, the tokens run now."""
+        return [c.query_len for c in self.chunks]
+
+    @property
+    def seq_lens(self) -> list[int]:
+        """Per chunk, context + new tokens."""
+        return [c.seq_len for c in self.chunks]
+
+    @property
+    def kv_tokens(self) -> int:
+        """Tokens the step's attention reads, all chunks together (for the timing model)."""
+        return sum(c.seq_len for c in self.chunks)
+
+    @property
+    def empty(self) -> bool:
+        return not self.chunks
