@@ -1,8 +1,8 @@
 """The engine layer: serving loops over the real model, blocks and cache.
 
 * :mod:`~paged_kv.engine.live`: :class:`LiveRequests`, the live block panel's loop (chapter 5).
-* :mod:`~paged_kv.engine.llm_engine`: :class:`LLMEngine` (add_request / step / generate) and its
-  :class:`EngineConfig` (chapter 7).
+* :mod:`~paged_kv.engine.llm_engine`: :class:`LLMEngine` (add_request / step / generate), chapter 7;
+  :mod:`~paged_kv.engine.config`: its :class:`EngineConfig`.
 * :mod:`~paged_kv.engine.runner`: :class:`ModelRunner` (the tiny model over a paged cache) and
   :class:`TimingRunner` (a timing model of a large one), each returning a :class:`ModelRunnerOutput`.
 * :mod:`~paged_kv.engine.outputs`: :class:`RequestOutput`; :mod:`~paged_kv.engine.metrics`:
@@ -13,7 +13,8 @@
 """
 
 from .live import LiveRequests
-from .llm_engine import EngineConfig, LLMEngine
+from .config import EngineConfig
+from .llm_engine import LLMEngine
 from .metrics import EngineStats
 from .outputs import RequestOutput
 from .runner import ModelRunner, ModelRunnerOutput, TimingRunner

@@ -1,110 +1,44 @@
 """A small serving engine: the loop every engine runs, over the tiny model or a timing model.
 
 :class:`LLMEngine` follows the shape of vLLM's ``LLMEngine`` (``add_request``, ``step``,
-``generate``), read as a map, not copied.  One :meth:`LLMEngine.step` is:
+``generate``), read as a map, not copied.  One :meth:`LLMEngine.step` is three calls, each handed
+the value the one before returned:
 
-1. **schedule** (:class:`~paged_kv.scheduling.Scheduler`): decode every running sequence, prefill
-   chunks within the token budget, admit or resume waiting and swapped requests, preempt the
-   latest arrival when blocks run out (continuous batching, vLLM paper §4.5);
-2. **run** (a runner, :mod:`paged_kv.engine.runner`): swaps, copy-on-write copies, the forward
-   pass through the block tables, sampling;
-3. **update**: record the new tokens, free finished sequences' blocks, report outputs.
+1. **schedule** (:meth:`~paged_kv.scheduling.Scheduler.schedule`) -> a
+   :class:`~paged_kv.scheduling.SchedulerOutput`: the step as data (continuous batching and
+   preemption, vLLM paper §4.5);
+2. **run** (a runner's ``execute``, :mod:`paged_kv.engine.runner`) -> a
+   :class:`~paged_kv.engine.runner.ModelRunnerOutput`: swaps, copy-on-write copies, the forward
+   pass, sampling, from the output alone;
+3. **update** (:meth:`~paged_kv.scheduling.Scheduler.update`): record the tokens, free finished
+   sequences' blocks; the engine then stamps its outputs' times.
 
-It measures what engines report: time to first token (TTFT), time per output token (TPOT),
-throughput, KV-cache usage, preemptions and swapped blocks (:class:`EngineStats`).  Time is the
-wall clock with the tiny model, the modelled clock with :class:`~paged_kv.engine.runner.TimingRunner`.
-
-Automatic prefix caching (chapter 8, vLLM v1) is off by default (``enable_prefix_caching``), so the
-engine of chapter 7 is unchanged; on, a request whose leading full blocks are cached prefills only
-the rest, and :class:`EngineStats` counts the prompt tokens looked up and found.  What changes K/V
-besides the tokens is the request's *extra key*: its adapter (:meth:`LLMEngine.load_adapter`, a
-new id at each load) and its ``cache_salt``.
+It measures what engines report (:class:`~paged_kv.engine.metrics.EngineStats`): TTFT, TPOT,
+throughput, KV-cache usage, preemptions, swapped blocks, prefix-cache hits.  Time is the wall clock
+with the tiny model, the modelled clock with a timing model.  What changes K/V besides the tokens is
+a request's *extra key*, part of every block hash: its adapter (:meth:`LLMEngine.load_adapter`)
+and its ``cache_salt``.
 """
 
 from __future__ import annotations
 
 import math
 import numbers
-from dataclasses import dataclass
 from typing import Hashable, Sequence
 
-from ..defaults import BLOCK_SIZE, MAX_NUM_BATCHED_TOKENS, MAX_NUM_SEQS, WATERMARK
 from ..errors import AdmissionError, ConfigError, PagedKVError, PromptError
 from ..memory import kv_bytes_per_token
 from ..sampling_params import SamplingParams
-from ..scheduling import Request, Scheduler, SchedulerConfig, SchedulerOutput, Verdict
+from ..scheduling import Request, Scheduler, SchedulerOutput, Verdict
 from ..storage.paged_cache import KV_DTYPE_NAMES
 from ..validate import count, real
+from .config import EngineConfig
 from .metrics import EngineStats
 from .outputs import RequestOutput
 from .runner import ModelRunner, ModelRunnerOutput, TimingRunner
 from .step_record import StepRecord, describe, seq_name, step_record
 
-__all__ = ["EngineConfig", "LLMEngine"]
-
-
-@dataclass(frozen=True)
-class EngineConfig:
-    """The engine's knobs (vLLM's names; see :class:`~paged_kv.scheduling.SchedulerConfig`).
-
-    Give the GPU pool as ``num_gpu_blocks`` *or* as ``gpu_memory_bytes`` (bytes for the KV cache,
-    all layers, K and V: ``num_gpu_blocks = gpu_memory_bytes // bytes_per_block``, the way vLLM
-    turns ``gpu_memory_utilization`` into blocks); likewise ``num_cpu_blocks`` or
-    ``swap_space_bytes`` for the CPU pool.
-
-    Raises:
-        ConfigError: neither or both of a pool's two forms, or a bad knob.
-    """
-
-    block_size: int = BLOCK_SIZE
-    num_gpu_blocks: int | None = None
-    gpu_memory_bytes: int | None = None
-    num_cpu_blocks: int | None = None
-    swap_space_bytes: int | None = None
-    max_num_seqs: int = MAX_NUM_SEQS
-    max_num_batched_tokens: int = MAX_NUM_BATCHED_TOKENS
-    enable_chunked_prefill: bool = True
-    watermark: float = WATERMARK
-    preemption_mode: str = "recompute"
-    max_model_len: int | None = None
-    reservation: str = "none"
-    backend: str = "torch"
-    enable_prefix_caching: bool = False
-    prefix_caching_hash_algo: object = "sha256"
-
-    def __post_init__(self) -> None:
-        if (self.num_gpu_blocks is None) == (self.gpu_memory_bytes is None):
-            raise ConfigError("give the GPU pool as num_gpu_blocks or as gpu_memory_bytes (one of them)")
-        if self.num_cpu_blocks is not None and self.swap_space_bytes is not None:
-            raise ConfigError("give the CPU pool as num_cpu_blocks or as swap_space_bytes, not both")
-        if self.backend not in ("torch", "triton"):
-            raise ConfigError(f"backend must be 'torch' or 'triton', got {self.backend!r}")
-
-    def scheduler_config(self, bytes_per_block: int | None = None) -> SchedulerConfig:
-        """The :class:`SchedulerConfig`; ``bytes_per_block`` (bytes, all layers, K and V) turns
-        the byte budgets into blocks.
-
-        Raises:
-            ConfigError: a budget in bytes without ``bytes_per_block``, or one smaller than a block.
-        """
-        def blocks(n, nbytes, label, minimum):
-            if n is not None or nbytes is None:
-                return n or 0
-            if bytes_per_block is None:
-                raise ConfigError(f"{label} is in bytes: the engine needs the model to price a block")
-            nbytes = count(label + " (bytes)", nbytes, 0)
-            if nbytes // bytes_per_block < minimum:
-                raise ConfigError(f"{label} = {nbytes:,} bytes holds no block of {bytes_per_block:,} bytes")
-            return nbytes // bytes_per_block
-        return SchedulerConfig(
-            num_gpu_blocks=blocks(self.num_gpu_blocks, self.gpu_memory_bytes, "gpu_memory_bytes", 1),
-            block_size=self.block_size,
-            num_cpu_blocks=blocks(self.num_cpu_blocks, self.swap_space_bytes, "swap_space_bytes", 0),
-            max_num_seqs=self.max_num_seqs, max_num_batched_tokens=self.max_num_batched_tokens,
-            enable_chunked_prefill=self.enable_chunked_prefill, watermark=self.watermark,
-            preemption_mode=self.preemption_mode, max_model_len=self.max_model_len,
-            reservation=self.reservation, enable_prefix_caching=self.enable_prefix_caching,
-            prefix_caching_hash_algo=self.prefix_caching_hash_algo)
+__all__ = ["LLMEngine"]
 
 
 class LLMEngine:

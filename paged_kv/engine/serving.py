@@ -28,7 +28,8 @@ from ..errors import ConfigError
 from ..model.sampling import SamplingParams
 from ..sim import ServingSetup, Trace
 from ..validate import count, real
-from .llm_engine import EngineConfig, LLMEngine
+from .config import EngineConfig
+from .llm_engine import LLMEngine
 from .metrics import EngineStats
 
 __all__ = ["PAPER_SHARED_PREFIX", "ServeResult", "SharedPrefixWorkload", "SwapTime", "engine_config_for",

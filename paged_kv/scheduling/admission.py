@@ -1,10 +1,10 @@
 """May a request start?  The verdict (now, later, never) and the reasons a request can never run.
 
 One answer serves the submit check (a "never" is refused with its reason, nothing queued) and every
-step (head-of-line blocking on "later"), as vLLM v0's ``AllocStatus.OK / LATER / NEVER`` does.  This
-module holds the verdict and the checks that depend on the request and the configuration alone;
-the ones that depend on the moment (free blocks, the budget left, who runs) are
-:meth:`~paged_kv.scheduling.Scheduler.admission`'s.  Pure Python.
+step (head-of-line blocking on "later"), as vLLM v0's ``AllocStatus.OK / LATER / NEVER`` does.
+:func:`never_reason` depends on the request and the configuration alone; :func:`decide` adds the
+moment (who runs, the free blocks, the budget left), as :meth:`~paged_kv.scheduling.Scheduler.admission`
+hands it over.  Pure Python.
 """
 
 from __future__ import annotations
@@ -12,11 +12,13 @@ from __future__ import annotations
 from enum import Enum
 from typing import NamedTuple
 
+from ..blocks import BlockSpaceManager
 from ..blocks.block_table import blocks_needed
 from .config import SchedulerConfig
-from .request import Request
+from .request import SWAPPED, Request
+from .rules import may_admit
 
-__all__ = ["Admission", "Verdict", "never_reason"]
+__all__ = ["Admission", "Verdict", "decide", "never_reason", "reserved_tokens"]
 
 
 class Verdict(Enum):
@@ -76,6 +78,48 @@ def never_reason(request: Request, config: SchedulerConfig) -> str:
                 f"can reach {request.largest_prefill()} tokens > max_num_batched_tokens "
                 f"{c.max_num_batched_tokens}")
     return ""
+
+
+def decide(request: Request, config: SchedulerConfig, manager: BlockSpaceManager, hit: list[int], *,
+           num_swapped: int, num_running: int, preempted_this_step: bool = False,
+           budget_left: int | None = None) -> Admission:
+    """The verdict for a request that could run alone (:func:`never_reason` said so), now.
+
+    ``LATER`` when: a swapped-out request comes back first (§4.5: nobody new starts while
+    ``num_swapped`` requests wait on the CPU pool); the rules say wait
+    (:func:`~paged_kv.scheduling.rules.may_admit`: a preemption in this step, ``max_num_seqs``
+    counting ``num_running`` sequences); the free blocks less the watermark cannot take its
+    prefill (``hit``: its prefix-cache hit blocks, which it needs no new block for, unless they are
+    cached-free); or ``budget_left`` tokens (``None``: not checked) cannot take its first chunk.
+    Otherwise ``NOW``, with the hit.
+    """
+    c = config
+    if num_swapped and request.status != SWAPPED:
+        return Admission(Verdict.LATER, f"{num_swapped} preempted request(s) are swapped out: they come back "
+                                        f"before anyone new starts")
+    if not may_admit(preempted_this_step, num_running + request.n - 1, c.max_num_seqs, 0, 0, 0, None):
+        why = "a request was preempted in this step" if preempted_this_step else \
+            f"{num_running} sequences run (max_num_seqs {c.max_num_seqs})"
+        return Admission(Verdict.LATER, why)
+    if c.reservation != "none":
+        need = blocks_needed(reserved_tokens(request, c), c.block_size)
+    else:
+        need = manager.blocks_to_allocate(request.prefill_target, hit)
+    free = manager.num_free_blocks
+    if free - need < c.watermark_blocks:
+        if hit:
+            revived = sum(1 for b in hit if manager.allocator.ref_count(b) == 0)
+            return Admission(Verdict.LATER, f"it hits {len(hit)} cached blocks ({revived} of them cached-free) and "
+                                            f"needs {need - revived} new blocks; {free - revived} other blocks are "
+                                            f"free and {c.watermark_blocks} stay free (watermark)")
+        return Admission(Verdict.LATER, f"it needs {need} blocks now; {free} are free and "
+                                        f"{c.watermark_blocks} stay free (watermark)")
+    if budget_left is not None:
+        todo = request.prefill_target - len(hit) * c.block_size
+        first = min(todo, budget_left) if c.enable_chunked_prefill else todo
+        if budget_left < 1 or first > budget_left:
+            return Admission(Verdict.LATER, f"the step's token budget has {budget_left} tokens left")
+    return Admission(Verdict.NOW, hit=tuple(hit))
 
 
 def reserved_tokens(request: Request, config: SchedulerConfig) -> int:

@@ -29,12 +29,12 @@ from typing import Hashable
 from ..blocks import BlockSpaceManager
 from ..errors import AdmissionError, ConfigError, PagedKVError
 from ..sampling_params import SamplingParams
-from .admission import Admission, Verdict, never_reason, reserved_tokens
+from .admission import Admission, Verdict, decide, never_reason, reserved_tokens
 from .config import PREEMPTION_MODES, SchedulerConfig
 from .output import Chunk, SchedulerOutput
 from .preemption import recompute, swap_out
 from .request import FINISHED, RUNNING, SWAPPED, WAITING, Request, Sequence
-from .rules import may_admit, preemption_victim, requeue_preempted
+from .rules import preemption_victim, requeue_preempted
 
 __all__ = ["Scheduler"]
 
@@ -113,47 +113,15 @@ class Scheduler:
 
     def admission(self, request: Request, preempted_this_step: bool = False,
                   budget_left: int | None = None) -> Admission:
-        """May ``request`` start (or resume) now?  One function for the submit check and the step.
-
-        ``NEVER``: it cannot finish even alone (:func:`~paged_kv.scheduling.admission.never_reason`).
-        ``LATER``: a swapped-out request comes back first, the rules say wait
-        (:func:`~paged_kv.scheduling.rules.may_admit`: a preemption in this step,
-        ``max_num_seqs``), the free blocks less the watermark are too few, or the token budget
-        left in this step (``budget_left``; ``None``: not checked) cannot take its first chunk.
-        The prefix-cache hit is looked up once, here, and returned with a ``NOW``.
-        """
-        c = self.config
-        never = never_reason(request, c)
+        """May ``request`` start (or resume) now?  One function for the submit check and the step
+        (:func:`~paged_kv.scheduling.admission.decide`, given this scheduler's state); the
+        prefix-cache hit is looked up once, here, and returned with a ``NOW``."""
+        never = never_reason(request, self.config)
         if never:
             return Admission(Verdict.NEVER, never)
-        if self.swapped and request.status != SWAPPED:
-            return Admission(Verdict.LATER, f"{len(self.swapped)} preempted request(s) are swapped out: "
-                                            f"they come back before anyone new starts")
-        num_running = sum(r.n for r in self.running)
-        if not may_admit(preempted_this_step, num_running + request.n - 1, c.max_num_seqs, 0, 0, 0, None):
-            why = "a request was preempted in this step" if preempted_this_step else \
-                f"{num_running} sequences run (max_num_seqs {c.max_num_seqs})"
-            return Admission(Verdict.LATER, why)
-        hit = self._cache_hit(request)
-        if c.reservation != "none":
-            need = -(-reserved_tokens(request, c) // c.block_size)
-        else:
-            need = self.manager.blocks_to_allocate(request.prefill_target, hit)
-        free = self.manager.num_free_blocks
-        if free - need < c.watermark_blocks:
-            if hit:
-                revived = sum(1 for b in hit if self.manager.allocator.ref_count(b) == 0)
-                return Admission(Verdict.LATER, f"it hits {len(hit)} cached blocks ({revived} of them cached-free) "
-                                                f"and needs {need - revived} new blocks; {free - revived} other "
-                                                f"blocks are free and {c.watermark_blocks} stay free (watermark)")
-            return Admission(Verdict.LATER, f"it needs {need} blocks now; {free} are free and "
-                                            f"{c.watermark_blocks} stay free (watermark)")
-        if budget_left is not None:
-            todo = request.prefill_target - len(hit) * c.block_size
-            first = min(todo, budget_left) if c.enable_chunked_prefill else todo
-            if budget_left < 1 or first > budget_left:
-                return Admission(Verdict.LATER, f"the step's token budget has {budget_left} tokens left")
-        return Admission(Verdict.NOW, hit=tuple(hit))
+        return decide(request, self.config, self.manager, self._cache_hit(request), num_swapped=len(self.swapped),
+                      num_running=sum(r.n for r in self.running), preempted_this_step=preempted_this_step,
+                      budget_left=budget_left)
 
     # --- one step -----------------------------------------------------------------------------
     def schedule(self) -> SchedulerOutput:
