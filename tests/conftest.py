@@ -19,7 +19,27 @@ if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
+from paged_kv.blocks import BlockSpaceManager  # noqa: E402
 from paged_kv.model import ModelConfig, TinyLlama  # noqa: E402
+
+
+def peak_blocks(prompt_len: int, n: int, max_tokens: int, block_size: int) -> int:
+    """Brute force: the most blocks in use while ``n`` samples of a prompt each generate
+    ``max_tokens``, measured by running the real block manager as a step does (allocate the prompt,
+    fork the samples at its end, one token per sample per step; the last token is never fed back).
+    Tests size pools with it instead of the formula they test."""
+    big = 10_000
+    m = BlockSpaceManager(big, block_size)
+    m.allocate(0, prompt_len)
+    peak = big - m.num_free_blocks
+    for i in range(1, n):
+        m.fork(0, i)
+    for _ in range(max_tokens - 1):
+        for i in range(n):
+            m.append_slot(i)
+        peak = max(peak, big - m.num_free_blocks)
+    m.check()
+    return peak
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,10 +1,9 @@
 """The blocks ``n`` samples of one prompt hold at their peak: the one formula
 (:func:`paged_kv.blocks.group_blocks_needed`) against brute force.
 
-The brute force never uses the formula: it runs the real :class:`BlockSpaceManager` the way a
-step does (allocate the prompt, fork the samples at its end, append one token per sample per
-step) and, separately, the real :class:`Scheduler` alone on a pool of exactly that peak, and
-reads the blocks in use after every step.
+The brute force never uses the formula: it runs the real block manager the way a step does
+(``conftest.peak_blocks``) and, separately, the real :class:`Scheduler` alone on a pool of exactly
+that peak, and reads the blocks in use after every step.
 """
 
 from __future__ import annotations
@@ -14,27 +13,13 @@ import itertools
 import numpy as np
 import pytest
 
-from paged_kv.blocks import BlockSpaceManager, group_blocks_held, group_blocks_needed, stored_tokens
+from paged_kv.blocks import group_blocks_held, group_blocks_needed, stored_tokens
 from paged_kv.errors import ConfigError
 from paged_kv.scheduling import Scheduler, SchedulerConfig
 
+from conftest import peak_blocks
+
 GRID = list(itertools.product(range(1, 21), range(1, 5), range(1, 7), range(1, 9)))   # P, n, max_tokens, BS
-BIG = 10_000
-
-
-def manager_peak(P: int, n: int, max_tokens: int, bs: int) -> int:
-    """Most blocks in use while ``n`` samples of a ``P``-token prompt each generate ``max_tokens``."""
-    m = BlockSpaceManager(BIG, bs)
-    m.allocate(0, P)
-    peak = BIG - m.num_free_blocks
-    for i in range(1, n):
-        m.fork(0, i)
-    for _ in range(max_tokens - 1):          # the last sampled token is never fed back
-        for i in range(n):
-            m.append_slot(i)
-        peak = max(peak, BIG - m.num_free_blocks)
-    m.check()
-    return peak
 
 
 def scheduler_peak(P: int, n: int, max_tokens: int, bs: int, pool: int) -> int:
@@ -54,14 +39,14 @@ def scheduler_peak(P: int, n: int, max_tokens: int, bs: int, pool: int) -> int:
 
 def test_the_formula_is_the_peak_the_block_manager_reaches():
     wrong = [(P, n, M, bs) for P, n, M, bs in GRID
-             if group_blocks_needed(P, stored_tokens(P, M), n, bs) != manager_peak(P, n, M, bs)]
+             if group_blocks_needed(P, stored_tokens(P, M), n, bs) != peak_blocks(P, n, M, bs)]
     assert wrong == [], f"{len(wrong)} of {len(GRID)} configurations, e.g. {wrong[:5]}"
 
 
 @pytest.mark.parametrize("bs", range(1, 9))
 def test_the_scheduler_runs_every_request_on_a_pool_of_its_peak_and_refuses_one_block_less(bs):
     for P, n, M in itertools.product(range(1, 21), range(1, 5), range(1, 7)):
-        peak = manager_peak(P, n, M, bs)
+        peak = peak_blocks(P, n, M, bs)
         assert scheduler_peak(P, n, M, bs, peak) == peak, (P, n, M, bs)
         small = Scheduler(SchedulerConfig(num_gpu_blocks=max(1, peak - 1), block_size=bs, watermark=0.0))
         if peak > 1:
@@ -71,7 +56,7 @@ def test_the_scheduler_runs_every_request_on_a_pool_of_its_peak_and_refuses_one_
 
 def test_one_token_samples_never_write_so_they_share_even_the_partial_prompt_block():
     # the issue's case: n = 3, a 10-token prompt, blocks of 4, max_tokens = 1: 3 blocks, not 2 + 3
-    assert group_blocks_needed(10, 10, 3, 4) == 3 == manager_peak(10, 3, 1, 4)
+    assert group_blocks_needed(10, 10, 3, 4) == 3 == peak_blocks(10, 3, 1, 4)
     assert scheduler_peak(10, 3, 1, 4, pool=4) == 3
 
 

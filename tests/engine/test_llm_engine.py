@@ -14,7 +14,8 @@ from paged_kv.engine import EngineConfig, LLMEngine
 from paged_kv.errors import AdmissionError, ConfigError, PromptError
 from paged_kv.model import load_tiny_model
 from paged_kv.model.sampling import SamplingParams
-from paged_kv.scheduling import group_blocks_needed
+
+from conftest import peak_blocks
 
 
 @pytest.fixture(scope="module")
@@ -170,7 +171,7 @@ def test_nothing_is_lost_under_pressure(tiny, mode):
         n = 2 if i % 2 else 1
         params = SamplingParams(max_tokens=10 + i, temperature=0.9, seed=i, n=n, frequency_penalty=0.3)
         arrivals.append((i, tok.encode(t), params))
-    blocks = max(group_blocks_needed(len(p), len(p) + sp.max_tokens - 1, sp.n, 4) for _, p, sp in arrivals)
+    blocks = max(peak_blocks(len(p), sp.n, sp.max_tokens, 4) for _, p, sp in arrivals)   # brute force, not the formula
     e, ids = _serve(model, arrivals, num_gpu_blocks=blocks + 2, num_cpu_blocks=blocks + 2,
                     preemption_mode=mode, max_num_batched_tokens=9)
     assert e.stats.preemptions >= 2
@@ -224,7 +225,7 @@ def test_nothing_is_lost_hypothesis(small_model, data):
                                 temperature=0.0 if greedy else 1.0, seed=None if greedy else i, n=n)
         prompt = data.draw(st.lists(st.integers(0, 255), min_size=1, max_size=14), label="prompt")
         arrivals.append((data.draw(st.integers(0, 6), label="arrival step"), prompt, params))
-    need = max(group_blocks_needed(len(p), len(p) + sp.max_tokens - 1, sp.n, bs) for _, p, sp in arrivals)
+    need = max(peak_blocks(len(p), sp.n, sp.max_tokens, bs) for _, p, sp in arrivals)   # brute force, not the formula
     pool = need + data.draw(st.integers(0, 4), label="spare blocks")
     e, ids = _serve(small_model, arrivals, block_size=bs, num_gpu_blocks=pool, num_cpu_blocks=pool,
                     preemption_mode=mode, max_num_batched_tokens=data.draw(st.integers(1, 20), label="budget"))
