@@ -67,7 +67,22 @@ MISTAKES = {
     ],
     "a6_scheduling": [
         ("the partial last prompt block counted as shared",
-         "shared = prompt_len // block_size if n > 1 else 0", "shared = -(-prompt_len // block_size) if n > 1 else 0",
+         "shared = prompt_len // block_size ", "shared = -(-prompt_len // block_size) ",
+         {"group_blocks_tests", "group_blocks_hidden"}),
+        # The formula this assignment (and the package's admission) used until the max_tokens = 1 fix,
+        # P // BS + n * (ceil(T / BS) - P // BS): every sample is assumed to write, so 3 samples of a
+        # 10-token prompt with max_tokens = 1, blocks of 4, need 2 + 3 * (3 - 2) = 5 blocks, where
+        # they never write and share all ceil(10 / 4) = 3.
+        ("samples that never write (max_tokens = 1) counted as copying the partial block",
+         "    if total_tokens == prompt_len:                    # max_tokens = 1: nobody writes, nothing is copied\n"
+         "        return blocks_needed(prompt_len, block_size)  # the whole prompt, partial block too, held once\n",
+         "", {"group_blocks_tests", "group_blocks_hidden"}),
+        # The fix overdone: no copy as long as the samples stay inside the prompt's last block. A
+        # write into the shared partial block copies it: 3 samples of 10 tokens, 11 stored, blocks of 4
+        # need 2 + 3 * 1 = 5, not ceil(11 / 4) = 3.
+        ("no copy while the samples' tokens stay in the prompt's last block",
+         "if total_tokens == prompt_len:",
+         "if blocks_needed(total_tokens, block_size) == blocks_needed(prompt_len, block_size):",
          {"group_blocks_tests", "group_blocks_hidden"}),
         ("a request behind a blocked head admitted (overtaking)",
          "            break                                       # head-of-line blocking: nobody overtakes\n",

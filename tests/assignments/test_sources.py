@@ -180,8 +180,8 @@ def package_admit(waiting, free_blocks, block_size, watermark_blocks, preempted_
 
 
 def test_the_package_passes_the_scheduling_tests(capsys):
-    from paged_kv import scheduling
-    ran = run_with("a6_scheduling", {"group_blocks": {"group_blocks_needed": scheduling.group_blocks_needed},
+    from paged_kv import blocks, scheduling
+    ran = run_with("a6_scheduling", {"group_blocks": {"group_blocks_needed": blocks.group_blocks_needed},
                                      "admit": {"admit": package_admit},
                                      "victim": {"preemption_victim": scheduling.preemption_victim}})
     assert "victim_hidden" in ran
