@@ -134,4 +134,7 @@ def reserved_tokens(request: Request, config: SchedulerConfig) -> int:
 
 def _lifetime_words(req: Request) -> str:
     per = f"prompt {req.prompt_len} + {req.max_tokens} new - 1 = {req.stored_tokens()} stored tokens"
-    return per if req.n == 1 else f"{req.n} samples of {per}, sharing the prompt's blocks"
+    if req.n == 1:
+        return per
+    shared = "the whole prompt, as they never write" if req.max_tokens == 1 else "the prompt's full blocks"
+    return f"{req.n} samples of {per}, sharing {shared}"
