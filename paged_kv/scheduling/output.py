@@ -13,16 +13,18 @@ Legend: BS block size (tokens per block).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Hashable
+from typing import Hashable, NamedTuple
 
 from ..sampling_params import SamplingParams
 
 __all__ = ["Chunk", "SchedulerOutput"]
 
 
-@dataclass(frozen=True, slots=True)
-class Chunk:
+class Chunk(NamedTuple):
     """One sequence's share of a step: its tokens ``start .. start + query_len - 1`` run now.
+
+    A named tuple: immutable, and built for every sequence of every step (a frozen dataclass
+    costs six times as much to build).
 
     Attributes:
         request_id, seq_id: whose tokens; ``index``: the sample's number in its request (its

@@ -181,11 +181,14 @@ class Request:
         """``(sequence, tokens)`` the next step may run for it within ``budget`` tokens: the leader's
         prefill target before the group forks, every unfinished sample's pending tokens after.
         With ``chunked`` off a sequence runs all its pending tokens or none."""
-        seqs = [s for s in self.seqs if s.num_generated < self.max_tokens] if self.forked else [self.leader]
+        if self.forked:
+            seqs = [s for s in self.seqs if len(s.tokens) - s.prompt_len < self.max_tokens]
+        else:
+            seqs = [self.leader]
+            target = self.prefill_target
         out = []
         for seq in seqs:
-            end = len(seq.tokens) if self.forked else self.prefill_target
-            pending = end - seq.num_computed
+            pending = (len(seq.tokens) if self.forked else target) - seq.num_computed
             if pending <= 0 or seq.num_generated >= self.max_tokens:
                 continue
             take = min(pending, budget) if chunked else (pending if pending <= budget else 0)
