@@ -36,9 +36,9 @@ from ..blocks.block_table import group_blocks_held
 from ..defaults import BLOCK_SIZE, MAX_SEQ_LEN, WATERMARK
 from ..errors import BlockError, ConfigError, OutOfBlocksError
 from ..validate import count, real
-from .policies import POLICIES, ContiguousPolicy
+from .contiguous import ORCA_POLICIES, ContiguousPolicy
 from .paper_setup import ServingSetup
-from .policy import MemoryPolicy
+from .memory_policy import MemoryPolicy
 from .result import SimResult
 from .simulator import simulate
 from .traces import Trace
@@ -304,7 +304,7 @@ class GroupContiguousPolicy(ContiguousPolicy):
             raise ConfigError(f"base must be 'max', 'pow2' or 'oracle', got {base!r}")
         super().__init__(pool_slots, max_seq_len, placement=placement)
         self.width = count("width (sequences per request)", width, 1)
-        self.rule = POLICIES[base](pool_slots, max_seq_len)
+        self.rule = ORCA_POLICIES[base](pool_slots, max_seq_len)
         self.name = f"{self.rule.name} x{self.width}"
 
     def reservation(self, prompt_len, output_len):

@@ -1,8 +1,9 @@
 """The interface of the simulator's KV memory policies, and the bookkeeping they share.
 
 :class:`MemoryPolicy` is what :func:`paged_kv.sim.simulate` drives; the four policies of
-the vLLM paper's §6.1 (Orca Max/Pow2/Oracle, and paging as in vLLM §4.2) subclass it in
-:mod:`paged_kv.sim.policies`.  A *slot* holds one token's keys and values for every layer.
+the vLLM paper's §6.1 subclass it: the Orca baselines in :mod:`paged_kv.sim.contiguous`, paging
+(vLLM §4.2) in :mod:`paged_kv.sim.paged`.  A *slot* holds one token's keys and values for every
+layer.
 
 Memory is classified as in the paper's Fig. 2.  For a running request with ``L`` tokens so far,
 final length ``F`` = prompt + output and ``A`` slots allocated:
