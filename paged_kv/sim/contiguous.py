@@ -38,9 +38,6 @@ class ContiguousPolicy(MemoryPolicy):
     count as *external fragmentation* (the paper's Fig. 2 puts them under "external fragmentation
     & others", and shows Orca (Oracle) with no internal fragmentation).  Free blocks smaller than
     the block the head of the queue needs count as external too.
-
-    Raises:
-        ConfigError: an unknown placement.
     """
 
     def __init__(self, pool_slots: int, max_seq_len: int = MAX_SEQ_LEN, placement: str = "buddy") -> None:

@@ -37,10 +37,6 @@ class MemoryPolicy:
 
     Aggregates are kept as plain ints updated on every event, so a simulator step costs O(1):
     ``num_seqs``; ``sum_len`` (token states); ``sum_cap`` (sum of ``min(A, F)``); ``sum_alloc``.
-
-    Raises:
-        ConfigError: ``pool_slots`` or ``max_seq_len`` not an int >= 1 (numpy ints are fine;
-            bools and floats are not).
     """
 
     name = "policy"

@@ -142,12 +142,8 @@ class ServingSetup:
                                       A100_40GB["fp16_flops_per_s"], self.efficiency)
 
     def trace(self, seed: int = 0, num_requests: int | None = None, rate_per_s: float | None = None) -> Trace:
-        """A synthetic trace of this set-up's lengths; ``None`` takes the set-up's count or rate.
-
-        Raises:
-            ConfigError: a count that is not an int >= 1 or a rate that is not a number > 0
-                (0 is an error, not a request for the default).
-        """
+        """A synthetic trace of this set-up's lengths; ``None`` takes the set-up's count or rate
+        (0 is an error, not a request for the default)."""
         return synthetic_trace(self.num_requests if num_requests is None else num_requests,
                                self.rate_per_s if rate_per_s is None else rate_per_s, self.lengths, seed)
 
