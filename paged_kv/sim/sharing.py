@@ -84,6 +84,11 @@ class Sharing:
         """The same sequences with nothing shared."""
         return Sharing("none", self.width)
 
+    def common_prefix(self, prompt_len, length):
+        """``c``, the tokens all sequences have in common (parallel: the prompt; beams:
+        ``max(P, L - d)``), whose full blocks they share; broadcasts over numpy arrays."""
+        return prompt_len if self.mode == "parallel" else np.maximum(prompt_len, length - self.divergence)
+
 
 def group_blocks(prompt_len, length, sharing: Sharing, block_size: int) -> np.ndarray:
     """Blocks a request holds when each of its ``sharing.width`` sequences has ``length`` tokens
@@ -96,8 +101,7 @@ def group_blocks(prompt_len, length, sharing: Sharing, block_size: int) -> np.nd
         raise ConfigError("lengths must be >= their prompts >= 1 token")
     if sharing.mode == "none" or sharing.width == 1:
         return sharing.width * -(-L // bs)
-    common = P if sharing.mode == "parallel" else np.maximum(P, L - sharing.divergence)
-    return group_blocks_held(common, L, sharing.width, bs)
+    return group_blocks_held(sharing.common_prefix(P, L), L, sharing.width, bs)
 
 
 def memory_saving(trace: Trace, sharing: Sharing, block_size: int = BLOCK_SIZE) -> float:
@@ -157,8 +161,7 @@ class SharedPagedPolicy(MemoryPolicy):
         w, bs, mode = self.sharing.width, self.block_size, self.sharing.mode
         if mode == "none" or w == 1:
             return w * length
-        common = p0 if mode == "parallel" else max(p0, length - self.sharing.divergence)
-        shared = (common // bs) * bs
+        shared = int(self.sharing.common_prefix(p0, length)) // bs * bs
         return shared + w * (length - shared)
 
     def _buckets(self, rid: int) -> tuple[int, int]:
