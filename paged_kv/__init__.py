@@ -27,7 +27,7 @@ __getattr__, __dir__, __all__ = _lazy.attach(__name__, submod_attrs={
     "memory": ["gpu_preset", "kv_bytes_per_token", "model_preset", "plan_memory", "weights_bytes"],
     "blocks": ["BlockAllocator", "BlockSpaceManager", "BlockTable", "blocks_needed"],
     "storage": ["ContiguousKVCache", "PagedKVCache"],
-    "decoding": ["decode_step_bytes", "forward_flops", "generate", "profile_decoding"],
+    "decoding": ["forward_flops", "generate", "profile_decoding"],
     "sim": ["simulate", "synthetic_trace"],
     "engine": ["EngineConfig", "LLMEngine"],
 })

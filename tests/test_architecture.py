@@ -32,7 +32,7 @@ ALLOWED = {
     "blocks": LEAVES,
     "scheduling": LEAVES | {"blocks"},
     "sim": LEAVES | {"memory", "blocks", "scheduling"},
-    "model": LEAVES | {"kernels"},
+    "model": LEAVES | {"kernels", "memory"},
     "storage": LEAVES | {"kernels", "model", "blocks", "memory"},
     "decoding": LEAVES | {"model", "storage", "blocks"},
     "engine": LEAVES | {"memory", "model", "storage", "blocks", "scheduling", "sim", "decoding"},

@@ -5,16 +5,15 @@ through a contiguous or paged KV cache, and measure what each step costs.
 * :mod:`~paged_kv.decoding.decoders`: one decoder per cache mode (recompute, contiguous, paged),
   ``n`` samples per prompt sharing the prompt's blocks;
 * :mod:`~paged_kv.decoding.beam_search`: :func:`beam_search` on shared blocks (chapter 6);
-* :mod:`~paged_kv.decoding.profiling`: per-step time, counted FLOPs, and the FLOP and byte formulas.
+* :mod:`~paged_kv.decoding.profiling`: per-step time, counted FLOPs, and the FLOP formulas.
 """
 
 from .beam_search import Beam, BeamSearchResult, beam_search, select_candidates
 from ..blocks import stored_tokens
 from .decoders import CACHE_MODES, ContiguousDecoder, PagedDecoder, RecomputeDecoder, make_decoder
 from .generate import GenerationResult, check_prompts, generate
-from .profiling import (StepCost, attention_crossover, attention_flops, decode_step_bytes, forward_flops,
-                        profile_decoding)
+from .profiling import StepCost, attention_crossover, attention_flops, forward_flops, profile_decoding
 
 __all__ = ["Beam", "BeamSearchResult", "beam_search", "select_candidates", "CACHE_MODES", "ContiguousDecoder", "GenerationResult", "PagedDecoder", "RecomputeDecoder",
-           "StepCost", "attention_crossover", "attention_flops", "check_prompts", "decode_step_bytes", "forward_flops", "generate",
+           "StepCost", "attention_crossover", "attention_flops", "check_prompts", "forward_flops", "generate",
            "make_decoder", "profile_decoding", "stored_tokens"]

@@ -1,15 +1,11 @@
-"""What one decoding step costs: measured time, counted FLOPs, and modelled bytes moved.
+"""What one decoding step costs: measured time and counted FLOPs, beside the FLOP formula.
 
-Chapters 1 and 2 compare recompute decoding with a KV cache step by step.  Time is measured
-(``time.perf_counter``, with a CUDA sync on GPU).  FLOPs are *counted* from the operations that
-actually ran, with the per-op rules of PyTorch's ``FlopCounterMode`` (without its per-module
-bookkeeping, which is slow); we add a rule for the CPU's fused attention op, which PyTorch does
-not count by itself.  :func:`forward_flops` is the independent
-formula the book checks the count against (Kaplan et al. 2020, §2.1: ~2 FLOPs per parameter per
-token, plus attention).  :func:`decode_step_bytes` models the memory traffic of a cached decode
-step: every weight read once (but an untied input embedding table is only gathered), all cached
-K/V, which is why a cache step is O(t), not O(1).  The same count for the presets, with FLOPs,
-arithmetic intensity and the roofline, is :mod:`paged_kv.memory.decode_cost`.
+Time is measured (``time.perf_counter``, with a CUDA sync on GPU).  FLOPs are *counted* from the
+operations that actually ran, with the per-op rules of PyTorch's ``FlopCounterMode`` (without its
+per-module bookkeeping, which is slow), plus a rule for the CPU's fused attention op, which
+PyTorch does not count by itself.  :func:`forward_flops` is the independent formula the count is
+checked against (Kaplan et al. 2020, §2.1: ~2 FLOPs per parameter per token, plus attention).
+The bytes a decode step reads, and the roofline they set, are :mod:`paged_kv.memory.decode_cost`.
 """
 
 from __future__ import annotations
@@ -27,8 +23,7 @@ from ..validate import count
 from .decoders import make_decoder
 from .generate import check_prompts
 
-__all__ = ["StepCost", "attention_crossover", "attention_flops", "decode_step_bytes", "forward_flops",
-           "profile_decoding"]
+__all__ = ["StepCost", "attention_crossover", "attention_flops", "forward_flops", "profile_decoding"]
 
 
 @dataclass(frozen=True)
@@ -167,28 +162,8 @@ def forward_flops(cfg: ModelConfig, new_tokens: int, context_len: int) -> int:
     ``4 * L * H * D * new_tokens * context_len`` for ``QK^T`` and ``PV``.  Recompute step t has
     ``new_tokens = context_len = t``; a cached decode step has ``new_tokens = 1``.
     """
-    d, hd, L = cfg.hidden_size, cfg.head_dim, cfg.num_layers
-    per_layer = (d * cfg.num_heads * hd + 2 * d * cfg.num_kv_heads * hd + cfg.num_heads * hd * d
-                 + 3 * d * cfg.intermediate_size)
-    matmul_params = L * per_layer + cfg.vocab_size * d  # + LM head (embedding lookup is free)
+    d = cfg.hidden_size
+    norms = (2 * cfg.num_layers + 1) * d                         # RMSNorm weights scale, they do not multiply
+    lookup = 0 if cfg.tie_embeddings else cfg.vocab_size * d     # an untied input table is only indexed
+    matmul_params = cfg.num_parameters() - norms - lookup       # projections, MLP, LM head
     return 2 * new_tokens * matmul_params + attention_flops(cfg, new_tokens, context_len)
-
-
-def decode_step_bytes(cfg: ModelConfig, context_len: int, batch_size: int = 1,
-                      dtype_bytes: int = 2) -> dict[str, int]:
-    """Bytes a cached decode step of ``batch_size`` sequences reads: ``{"weights", "kv_cache"}``.
-
-    ``weights``: every parameter once, shared by the whole batch, except an untied input
-    embedding table (``vocab x hidden``), from which the step only gathers ``B`` rows; a tied
-    table is read whole by the LM head.  ``kv_cache``: ``2 L Hkv D t B`` elements, linear in the
-    context ``t`` and the batch.  ``dtype_bytes`` per element for both (2: fp16/bf16).
-
-    Raises:
-        ConfigError: a negative context, a batch below 1 or ``dtype_bytes`` below 1.
-    """
-    t = count("context_len", context_len, 0)
-    b = count("batch_size", batch_size, 1)
-    e = count("dtype_bytes", dtype_bytes, 1)
-    gathered = 0 if cfg.tie_embeddings else cfg.vocab_size * cfg.hidden_size
-    kv = 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * t * b * e
-    return {"weights": (cfg.num_parameters() - gathered) * e, "kv_cache": kv}

@@ -26,7 +26,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..model.sampling import SamplingParams
-from ..sim import ServingSetup, Trace
+from ..sim import ServingSetup, Trace, normalized_latency, sweep_rates
 from ..validate import count, real
 from .config import EngineConfig
 from .llm_engine import LLMEngine
@@ -63,9 +63,6 @@ class SwapTime:
 
     The two hardware figures are assumptions, not measurements: ``bytes_per_s`` (default 25 GB/s, a
     PCIe 4.0 x16 link, 32 GB/s per direction in theory) and ``per_copy_s`` (default 10 us).
-
-    Raises:
-        ConfigError: a size or rate that is not > 0.
     """
 
     kv_bytes_per_token: int
@@ -114,8 +111,8 @@ class ServeResult:
 
     @property
     def normalized_latency(self) -> float:
-        """The paper's metric (§6.1): mean over requests of latency / output length (s/token)."""
-        return float(np.mean(self.latency_s / self.trace.output_len))
+        """The paper's metric (§6.1), :func:`paged_kv.sim.normalized_latency` (s/token)."""
+        return normalized_latency(self.trace, self.finish_s)
 
     @property
     def throughput(self) -> float:
@@ -150,9 +147,8 @@ def serve_trace(trace: Trace, config: EngineConfig, iteration_time, n: int = 1,
             prefix caching looks at); ``None``: every token is 0 (only lengths matter then, and
             with prefix caching on every prompt would hit every other: do not mix the two).
 
-    Raises:
-        ConfigError: a bad trace or ``n``, or ``prompts`` that do not match the trace's lengths.
-        AdmissionError: a request the pool can never hold.
+    A request the pool can never hold raises :class:`~paged_kv.errors.AdmissionError` before any
+    request is served.
     """
     if not isinstance(trace, Trace):
         raise ConfigError(f"trace must be a paged_kv.sim.Trace, got {type(trace).__name__}")
@@ -194,29 +190,14 @@ def serve_trace(trace: Trace, config: EngineConfig, iteration_time, n: int = 1,
 def rate_sweep(setup: ServingSetup, rates, configs: dict[str, EngineConfig], n: int = 1,
                num_requests: int = 300, seed: int = 0,
                stop_above: float | None = None) -> dict[str, tuple[list[float], list[float]]]:
-    """Normalized latency (s/token) against request rate (req/s) for each named engine config,
-    every config serving the same trace at each rate (``setup``'s lengths and step time):
-    ``{name: (rates, latencies)}``.  ``stop_above``: once a config's latency exceeds it (s/token),
-    its higher rates are skipped (past saturation latency only grows; this saves time).
-
-    Raises:
-        ConfigError: rates that are not increasing numbers > 0.
-    """
-    rates = [real("rate (req/s)", r, 0.0, low_open=True) for r in rates]
-    if any(b <= a for a, b in zip(rates, rates[1:])):
-        raise ConfigError(f"rates must increase, got {rates}")
+    """Normalized latency (s/token) against request rate (req/s) for each named engine config on
+    ``setup``'s lengths and step time, by :func:`paged_kv.sim.sweep_rates` (every config serves
+    the same trace at each rate; ``stop_above`` in s/token): ``{name: (rates, latencies)}``."""
     step_time = setup.iteration_time()
-    out = {}
-    for name, config in configs.items():
-        xs, ys = [], []
-        for rate in rates:
-            trace = setup.trace(seed=seed, num_requests=num_requests, rate_per_s=rate)
-            xs.append(rate)
-            ys.append(serve_trace(trace, config, step_time, n).normalized_latency)
-            if stop_above is not None and ys[-1] > stop_above:
-                break
-        out[name] = (xs, ys)
-    return out
+
+    def serve(config: EngineConfig):
+        return lambda trace: serve_trace(trace, config, step_time, n).normalized_latency
+    return sweep_rates(setup, rates, {name: serve(c) for name, c in configs.items()}, num_requests, seed, stop_above)
 
 
 def serve_static(trace: Trace, batch_size: int, iteration_time) -> ServeResult:
@@ -225,9 +206,6 @@ def serve_static(trace: Trace, batch_size: int, iteration_time) -> ServeResult:
     together (one prefill step for all of them), then decode in lockstep until the *longest* is
     done; a request's answer is complete when its own last token is out, but nobody joins the batch
     until every member has finished.  Memory is not modelled (an upper bound for static batching).
-
-    Raises:
-        ConfigError: a bad trace or batch size.
     """
     if not isinstance(trace, Trace):
         raise ConfigError(f"trace must be a paged_kv.sim.Trace, got {type(trace).__name__}")
@@ -293,9 +271,6 @@ def shared_prefix_workload(num_requests: int, prefix_len: int, rate_per_s: float
     (spread ``sigma``), at least 1 token: an assumption standing in for WMT16 En-De sentence
     lengths, which the paper does not print.  Arrivals are Poisson at ``rate_per_s``, or all at
     time 0 with ``None`` (an offline batch, which measures throughput at saturation).
-
-    Raises:
-        ConfigError: a count that is not an int in range, a rate or mean that is not > 0.
     """
     num_requests = count("num_requests", num_requests)
     prefix_len = count("prefix_len (tokens)", prefix_len, 0)

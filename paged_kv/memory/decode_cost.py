@@ -23,16 +23,17 @@ Transformer Inference"), with the per-byte rule above.
 
 Not modelled: MLA (its decode attention runs on the latent; :class:`ConfigError`), activation
 traffic, the ``B`` gathered embedding rows (``B x hidden x 2`` bytes, negligible), kernels'
-overheads.  Units: bytes (int), FLOPs (int), seconds, tokens per second.  For the package's own
-:class:`~paged_kv.model.ModelConfig`, :func:`paged_kv.decoding.decode_step_bytes` counts the same
-bytes on the model layer's side (``tests/decoding/test_profiling.py`` checks they agree).
+overheads.  Units: bytes (int), FLOPs (int), seconds, tokens per second.  The one count of the
+bytes a step reads, for the presets and for the package's own
+:class:`~paged_kv.model.ModelConfig` alike (``tests/memory/test_decode_cost.py`` checks it against
+a real TinyLlama's and cache's tensors).
 """
 
 from __future__ import annotations
 
 from ..errors import ConfigError
 from ..validate import count
-from .kv_dtype import KVDType, get_kv_dtype
+from .kv_dtype import KVDType
 from .ledger import as_spec, kv_cache_bytes, kv_heads_per_gpu
 from .presets import gpu_preset
 from .spec import WEIGHT_DTYPE_BITS, GPUSpec, weights_dtype_name
@@ -43,11 +44,7 @@ __all__ = ["arithmetic_intensity", "step_bytes", "step_flops", "ridge_point",
 
 def weights_read_per_step(model, weights_dtype: str | None = None, *, tp: int = 1) -> int:
     """Bytes of weights one decode step reads on each of ``tp`` GPUs: every parameter but the
-    gathered ones (:attr:`ModelSpec.gathered_params`), ``ceil(params x bits / 8 / tp)``.
-
-    Raises:
-        ConfigError: an unknown dtype or an impossible ``tp``.
-    """
+    gathered ones (:attr:`ModelSpec.gathered_params`), ``ceil(params x bits / 8 / tp)``."""
     spec = as_spec(model)
     bits = WEIGHT_DTYPE_BITS[weights_dtype_name(weights_dtype or spec.weights_dtype)]
     tp = count("tp", tp, 1)
@@ -56,7 +53,7 @@ def weights_read_per_step(model, weights_dtype: str | None = None, *, tp: int = 
 
 
 def step_bytes(model, context_len: int, batch_size: int = 1, kv_dtype: str | KVDType = "fp16",
-                      weights_dtype: str | None = None, *, tp: int = 1) -> dict[str, int]:
+               weights_dtype: str | None = None, *, tp: int = 1) -> dict[str, int]:
     """Bytes one decode step reads on each GPU: ``{"weights": ..., "kv_cache": ...}``.
 
     ``weights``: :func:`weights_read_per_step` (independent of ``B`` and ``t``).  ``kv_cache``:
@@ -67,9 +64,7 @@ def step_bytes(model, context_len: int, batch_size: int = 1, kv_dtype: str | KVD
         model: a :class:`ModelSpec`, a :class:`~paged_kv.model.ModelConfig` or a preset name.
         context_len: cached tokens per sequence (t, >= 0).
         batch_size: sequences decoding together (B, >= 1).
-
-    Raises:
-        ConfigError: negative or non-integer sizes, unknown dtypes, an impossible ``tp``.
+        weights_dtype: ``None``: the spec's serving dtype (a ``ModelConfig``'s: fp16).
     """
     spec = as_spec(model)
     context_len = count("context_len", context_len, 0)
@@ -83,10 +78,8 @@ def step_flops(model, context_len: int, batch_size: int = 1, *, tp: int = 1) -> 
 
     ``linear = 2 B (params - gathered_params) / tp`` (projections, MLP, LM head);
     ``attention = 4 B H D sum_layers(min(t, window)) / tp`` (scores and weighted values of the
-    one new query against every cached key of its layer).
-
-    Raises:
-        ConfigError: an MLA model (its decode attention is not modelled here), bad sizes or tp.
+    one new query against every cached key of its layer).  MLA is refused (ConfigError): its
+    decode attention runs on the latent, which is not modelled here.
     """
     spec = as_spec(model)
     if spec.kv_lora_rank:
@@ -107,11 +100,8 @@ def arithmetic_intensity(model, context_len: int, batch_size: int = 1, kv_dtype:
 
     ``linear ~ B`` for 2-byte weights (``2 B`` FLOPs per parameter read once);
     ``attention = H / Hkv`` for a 2-byte cache, whatever ``B`` and ``t``;
-    ``step``: the whole step (FLOPs over bytes), between the two.
-
-    Raises:
-        ConfigError: ``context_len < 1`` (no cached byte to divide by), and as
-            :func:`step_flops`.
+    ``step``: the whole step (FLOPs over bytes), between the two.  ``context_len`` must be >= 1
+    (no cached byte to divide by otherwise).
     """
     count("context_len", context_len, 1)
     f = step_flops(model, context_len, batch_size, tp=tp)
@@ -129,11 +119,7 @@ def _gpu(gpu: str | GPUSpec) -> GPUSpec:
 
 def ridge_point(gpu: str | GPUSpec) -> float:
     """FLOP per byte at which a kernel on ``gpu`` turns from memory- to compute-bound:
-    ``peak_flops / bandwidth`` (dense fp16/bf16; e.g. ~295 for an H100 SXM).
-
-    Raises:
-        UnknownPresetError: an unknown GPU name; ConfigError: a GPU without the two numbers.
-    """
+    ``peak_flops / bandwidth`` (dense fp16/bf16; e.g. ~295 for an H100 SXM)."""
     g = _gpu(gpu)
     return g.peak_flops / g.bandwidth
 
@@ -143,11 +129,7 @@ def roofline_tokens_per_s(model, gpu: str | GPUSpec, context_len: int, batch_siz
                           tp: int = 1) -> float:
     """Upper bound on decode throughput (tokens/s over the batch): ``B / step time`` with the
     step time at least ``max(bytes / bandwidth, FLOPs / peak)`` (the roofline, per GPU of the
-    ``tp`` group).  Real engines reach some fraction of it.
-
-    Raises:
-        ConfigError / UnknownPresetError: as :func:`step_bytes`, :func:`ridge_point`.
-    """
+    ``tp`` group).  Real engines reach some fraction of it."""
     g = _gpu(gpu)
     nbytes = sum(step_bytes(model, context_len, batch_size, kv_dtype, weights_dtype, tp=tp).values())
     flops = sum(step_flops(model, context_len, batch_size, tp=tp).values())

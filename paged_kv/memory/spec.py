@@ -62,11 +62,8 @@ class ModelSpec:
             A tied table counts 0 here: the LM head reads it whole every step.  Used by
             :mod:`~paged_kv.memory.decode_cost` for the bytes a decode step reads.
 
-    Sizes may be Python ints or numpy integers (stored as ``int``); bools and floats are refused.
-
-    Raises:
-        ConfigError: a non-positive or non-integer size, ``num_heads % num_kv_heads != 0``, an
-            unknown weights dtype, or an inconsistent MLA / sliding-window setting.
+    Sizes may be Python ints or numpy integers (stored as ``int``); bools and floats are refused
+    (:class:`~paged_kv.errors.ConfigError`, naming the model and the field).
     """
 
     name: str
@@ -175,7 +172,10 @@ def llama_num_parameters(*, vocab: int, hidden: int, layers: int, heads: int, kv
                          qk_norm: bool = False, norms_per_layer: int = 2) -> int:
     """Parameters of a Llama-family decoder (Llama, Mistral, Qwen2/3, Gemma-2): attention
     projections (+ Qwen2's q/k/v biases, + Qwen3's per-head q/k RMSNorms), a SwiGLU MLP, RMSNorm
-    weights (Gemma-2 has 4 per layer), the embedding and, unless tied, the output head."""
+    weights (Gemma-2 has 4 per layer), the embedding and, unless tied, the output head.
+
+    The one Llama count: the presets' and :meth:`paged_kv.model.ModelConfig.num_parameters`
+    (checked against transformers' models on the meta device and against the bundled TinyLlama)."""
     q, kv = heads * head_dim, kv_heads * head_dim
     attn = hidden * q + 2 * hidden * kv + q * hidden
     attn += (q + 2 * kv) if qkv_bias else 0

@@ -17,6 +17,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..errors import ConfigError
+from ..memory.spec import llama_num_parameters
 from ..validate import count, real
 
 
@@ -40,10 +41,8 @@ class ModelConfig:
             ``(factor, low_freq_factor, high_freq_factor, original_max_position_embeddings)``
             (HF ``rope_type: "llama3"``; see :func:`paged_kv.model.llama.rope_inv_freq`).
 
-    Raises:
-        ConfigError: on a non-positive size, ``num_heads % num_kv_heads != 0``, an odd
-            ``head_dim`` (rotary embeddings rotate pairs), a bad epsilon/theta, or a
-            ``rope_scaling`` that is not four positive numbers with ``high > low``.
+    Validated on creation (:class:`~paged_kv.errors.ConfigError`); ``head_dim`` must be even, as
+    rotary embeddings rotate pairs.
     """
 
     vocab_size: int = 256
@@ -109,14 +108,12 @@ class ModelConfig:
         return "MQA" if self.num_kv_heads == 1 else "GQA"
 
     def num_parameters(self) -> int:
-        """Exact parameter count of :class:`paged_kv.model.TinyLlama` built from this config."""
-        d, hd = self.hidden_size, self.head_dim
-        attn = d * self.num_heads * hd + 2 * d * self.num_kv_heads * hd + self.num_heads * hd * d
-        mlp = 3 * d * self.intermediate_size
-        per_layer = attn + mlp + 2 * d  # two RMSNorm weights
-        emb = self.vocab_size * d
-        head = 0 if self.tie_embeddings else self.vocab_size * d
-        return emb + self.num_layers * per_layer + d + head
+        """Exact parameter count of :class:`paged_kv.model.TinyLlama` built from this config: the
+        Llama family's count (:func:`paged_kv.memory.spec.llama_num_parameters`, no biases, two
+        RMSNorms per layer), which the tests check against ``sum(p.numel())`` of the model."""
+        return llama_num_parameters(vocab=self.vocab_size, hidden=self.hidden_size, layers=self.num_layers,
+                                    heads=self.num_heads, kv_heads=self.num_kv_heads, head_dim=self.head_dim,
+                                    intermediate=self.intermediate_size, tied=self.tie_embeddings)
 
     # --- I/O -----------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:

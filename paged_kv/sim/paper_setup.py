@@ -5,7 +5,8 @@ Follows Kwon et al., SOSP 2023 (arXiv:2309.06180): §6.1 and Fig. 13a (OPT-13B o
 12 GiB of KV cache, max length 2,048, ShareGPT at 2 req/s), Fig. 13b (Alpaca at 30 req/s) and
 Fig. 2 (where KV memory goes, one bar per system: :func:`fig2_rows` compares them segment by segment).
 :class:`ServingSetup` ties a model preset (:mod:`paged_kv.memory`), a trace
-(:mod:`paged_kv.sim.traces`), a memory policy (:mod:`paged_kv.sim.policies`) and a roofline step time to
+(:mod:`paged_kv.sim.traces`), one of the paper's four memory policies (:func:`make_policy`:
+:mod:`paged_kv.sim.contiguous`, :mod:`paged_kv.sim.paged`) and a roofline step time to
 :func:`paged_kv.sim.simulate`; :func:`comparison_rows` and :func:`format_table` print ours
 beside :data:`PAPER_RESULTS`.
 """
@@ -20,12 +21,15 @@ from .. import memory
 from ..defaults import MAX_SEQ_LEN
 from ..errors import ConfigError
 from ..validate import count, real
-from .policies import MemoryPolicy, make_policy
+from .contiguous import ORCA_POLICIES
+from .memory_policy import MemoryPolicy
+from .paged import PagedPolicy
 from .result import SimResult
 from .simulator import IterationTime, simulate
 from .traces import Trace, length_model, synthetic_trace
 
-__all__ = ["A100_40GB", "FIG2_SEGMENTS", "PAPER_RESULTS", "fig2_rows", "PAPER_SETUP", "ServingSetup", "comparison_rows", "format_table"]
+__all__ = ["A100_40GB", "FIG2_SEGMENTS", "PAPER_RESULTS", "PAPER_SETUP", "POLICIES", "ServingSetup", "comparison_rows",
+           "fig2_rows", "format_table", "make_policy"]
 
 # NVIDIA A100 40GB SXM4 datasheet: HBM2 bandwidth 1,555 GB/s; fp16 Tensor Core 312 TFLOPS (dense).
 A100_40GB = {"hbm_bytes_per_s": 1.555e12, "fp16_flops_per_s": 312e12,
@@ -56,6 +60,27 @@ PAPER_RESULTS = {
     # Fig. 13b: the same, Alpaca trace at 30 req/s.
     "mean_batch_alpaca": {"max": 7.00, "pow2": 43.24, "oracle": 72.75, "paged": 132.44},
 }
+
+
+# The four systems of the paper's §6.1, by the short names PAPER_RESULTS uses.
+POLICIES = {**ORCA_POLICIES, "paged": PagedPolicy}
+
+
+def make_policy(name: str, pool_slots: int, max_seq_len: int = MAX_SEQ_LEN, **kwargs) -> MemoryPolicy:
+    """A fresh policy by short name: ``"max"``, ``"pow2"``, ``"oracle"`` or ``"paged"``.
+
+    ``kwargs`` go to the class (``placement=`` for contiguous, ``block_size=``/``watermark=`` for
+    paged).  An unknown name or bad arguments raise ConfigError.
+    """
+    if not isinstance(name, str):
+        raise ConfigError(f"policy name must be a string, one of {sorted(POLICIES)}; got {name!r}")
+    key = name.lower().replace("orca", "").strip(" -_()")
+    if key not in POLICIES:
+        raise ConfigError(f"unknown policy {name!r}; known: {sorted(POLICIES)}")
+    try:
+        return POLICIES[key](pool_slots, max_seq_len, **kwargs)
+    except TypeError as e:
+        raise ConfigError(f"bad arguments for policy {name!r}: {e}") from None
 
 
 @dataclass(frozen=True)
@@ -117,12 +142,8 @@ class ServingSetup:
                                       A100_40GB["fp16_flops_per_s"], self.efficiency)
 
     def trace(self, seed: int = 0, num_requests: int | None = None, rate_per_s: float | None = None) -> Trace:
-        """A synthetic trace of this set-up's lengths; ``None`` takes the set-up's count or rate.
-
-        Raises:
-            ConfigError: a count that is not an int >= 1 or a rate that is not a number > 0
-                (0 is an error, not a request for the default).
-        """
+        """A synthetic trace of this set-up's lengths; ``None`` takes the set-up's count or rate
+        (0 is an error, not a request for the default)."""
         return synthetic_trace(self.num_requests if num_requests is None else num_requests,
                                self.rate_per_s if rate_per_s is None else rate_per_s, self.lengths, seed)
 

@@ -16,7 +16,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..validate import real
-from .policy import CATEGORIES
+from .memory_policy import CATEGORIES
 from .traces import Trace
 
 __all__ = ["Layout", "STEP_FIELDS", "SimResult"]

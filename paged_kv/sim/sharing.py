@@ -19,8 +19,9 @@ How many physical blocks of ``BS`` slots the request holds (:func:`group_blocks`
 divided by the number of total blocks without sharing", summed over every step of every request
 of a trace (each step weighs the same: the ratio of time averages when steps take equal time).
 :class:`SharedPagedPolicy` and :class:`GroupContiguousPolicy` let :func:`paged_kv.sim.simulate`
-serve such requests (the paper's Figure 14): the paged pool with sharing, and the Orca baselines,
-where each sequence reserves its own contiguous region.
+serve such requests: the paged pool with sharing, and the Orca baselines, where each sequence
+reserves its own contiguous region (their latency curves, the paper's Figure 14, are
+:func:`paged_kv.sim.latency_sweep`).
 
 Legend: P prompt tokens, L tokens per sequence, BS block size, n/k (``width``) sequences per
 request, d divergence depth.
@@ -36,15 +37,12 @@ from ..blocks.block_table import group_blocks_held
 from ..defaults import BLOCK_SIZE, MAX_SEQ_LEN, WATERMARK
 from ..errors import BlockError, ConfigError, OutOfBlocksError
 from ..validate import count, real
-from .policies import POLICIES, ContiguousPolicy
-from .paper_setup import ServingSetup
-from .policy import MemoryPolicy
-from .result import SimResult
-from .simulator import simulate
+from .contiguous import ORCA_POLICIES, ContiguousPolicy
+from .memory_policy import MemoryPolicy
 from .traces import Trace
 
-__all__ = ["MODES", "PAPER_SHARING", "GroupContiguousPolicy", "SharedPagedPolicy", "Sharing", "capacity",
-           "group_blocks", "latency_sweep", "memory_saving", "normalized_latency"]
+__all__ = ["MODES", "PAPER_SHARING", "GroupContiguousPolicy", "SharedPagedPolicy", "Sharing", "group_blocks",
+           "memory_saving"]
 
 MODES = ("none", "parallel", "beam")
 
@@ -70,9 +68,6 @@ class Sharing:
             same ``width`` sequences, nothing shared).
         width: sequences per request (n or k), >= 1.
         divergence: beams only: tokens at the end of the beams that they do not all share (d).
-
-    Raises:
-        ConfigError: an unknown mode, ``width < 1``, a negative divergence.
     """
 
     mode: str = "parallel"
@@ -89,6 +84,11 @@ class Sharing:
         """The same sequences with nothing shared."""
         return Sharing("none", self.width)
 
+    def common_prefix(self, prompt_len, length):
+        """``c``, the tokens all sequences have in common (parallel: the prompt; beams:
+        ``max(P, L - d)``), whose full blocks they share; broadcasts over numpy arrays."""
+        return prompt_len if self.mode == "parallel" else np.maximum(prompt_len, length - self.divergence)
+
 
 def group_blocks(prompt_len, length, sharing: Sharing, block_size: int) -> np.ndarray:
     """Blocks a request holds when each of its ``sharing.width`` sequences has ``length`` tokens
@@ -101,17 +101,13 @@ def group_blocks(prompt_len, length, sharing: Sharing, block_size: int) -> np.nd
         raise ConfigError("lengths must be >= their prompts >= 1 token")
     if sharing.mode == "none" or sharing.width == 1:
         return sharing.width * -(-L // bs)
-    common = P if sharing.mode == "parallel" else np.maximum(P, L - sharing.divergence)
-    return group_blocks_held(common, L, sharing.width, bs)
+    return group_blocks_held(sharing.common_prefix(P, L), L, sharing.width, bs)
 
 
 def memory_saving(trace: Trace, sharing: Sharing, block_size: int = BLOCK_SIZE) -> float:
     """The vLLM paper's Figure 15 metric on ``trace``: 1 - (blocks held with sharing) / (blocks
     held without), summed over every step of every request, from the step a request is admitted
     (``P + 1`` tokens per sequence) to its last (``P + O``).
-
-    Raises:
-        ConfigError: not a Trace, or a bad block size.
     """
     if not isinstance(trace, Trace):
         raise ConfigError(f"trace must be a paged_kv.sim.Trace, got {type(trace).__name__}")
@@ -136,10 +132,8 @@ class SharedPagedPolicy(MemoryPolicy):
     (shared blocks are read once per sequence); a prompt is prefilled once.  A request the
     simulator preempts comes back with the same sharing structure (as swapping a group out and in
     keeps it), counted from the prompt it first arrived with.  No slot-by-slot layout.
-
-    Raises:
-        ConfigError: bad sizes, a watermark outside ``[0, 1)``, a non-:class:`Sharing` argument.
-        OutOfBlocksError: :meth:`admit` or :meth:`append` without enough free blocks.
+    :meth:`admit` and :meth:`append` raise :class:`~paged_kv.errors.OutOfBlocksError` before any
+    change when the free blocks do not suffice.
     """
 
     def __init__(self, pool_slots: int, max_seq_len: int = MAX_SEQ_LEN, block_size: int = BLOCK_SIZE,
@@ -167,8 +161,7 @@ class SharedPagedPolicy(MemoryPolicy):
         w, bs, mode = self.sharing.width, self.block_size, self.sharing.mode
         if mode == "none" or w == 1:
             return w * length
-        common = p0 if mode == "parallel" else max(p0, length - self.sharing.divergence)
-        shared = (common // bs) * bs
+        shared = int(self.sharing.common_prefix(p0, length)) // bs * bs
         return shared + w * (length - shared)
 
     def _buckets(self, rid: int) -> tuple[int, int]:
@@ -269,11 +262,8 @@ class SharedPagedPolicy(MemoryPolicy):
         raise ConfigError("SharedPagedPolicy keeps block counts, not a slot-by-slot layout")
 
     def check(self, head_need=None):
-        """Block counts agree with the formulas; free + used = the pool; the sums did not drift.
-
-        Raises:
-            BlockError: naming the first disagreement.
-        """
+        """Block counts agree with the formulas; free + used = the pool; the sums did not drift
+        (a :class:`~paged_kv.errors.BlockError` names the first disagreement)."""
         for rid in self._seqs:
             expect = self._blocks(self.prompt0[rid], self.length(rid))
             if self.blocks[rid] != expect:
@@ -293,9 +283,6 @@ class GroupContiguousPolicy(ContiguousPolicy):
     each sequence prefills its own copy of the prompt.  The ``width`` regions of a request are
     placed as one region of ``width`` times the size (the same slots reserved; placement may differ
     from ``width`` separate holes).  No slot-by-slot layout of the tokens.
-
-    Raises:
-        ConfigError: an unknown ``base``, ``width < 1``, bad sizes or placement.
     """
 
     def __init__(self, pool_slots: int, max_seq_len: int = MAX_SEQ_LEN, base: str = "oracle", width: int = 1,
@@ -304,7 +291,7 @@ class GroupContiguousPolicy(ContiguousPolicy):
             raise ConfigError(f"base must be 'max', 'pow2' or 'oracle', got {base!r}")
         super().__init__(pool_slots, max_seq_len, placement=placement)
         self.width = count("width (sequences per request)", width, 1)
-        self.rule = POLICIES[base](pool_slots, max_seq_len)
+        self.rule = ORCA_POLICIES[base](pool_slots, max_seq_len)
         self.name = f"{self.rule.name} x{self.width}"
 
     def reservation(self, prompt_len, output_len):
@@ -335,57 +322,3 @@ class GroupContiguousPolicy(ContiguousPolicy):
 
     def owned_slots(self):
         raise ConfigError("GroupContiguousPolicy keeps region sizes, not where each token is")
-
-
-def normalized_latency(result: SimResult) -> float:
-    """The vLLM paper's serving metric (§6.1): the mean over requests of end-to-end latency divided
-    by output length, in seconds per output token."""
-    trace = result.trace
-    return float(np.mean((result.finish_s - trace.arrival_s) / trace.output_len))
-
-
-def latency_sweep(setup: ServingSetup, sharing: Sharing, rates, policies=("paged", "oracle", "pow2"),
-                  num_requests: int = 400, seed: int = 0, block_size: int = BLOCK_SIZE) -> dict:
-    """Normalized latency against request rate for requests of ``sharing.width`` sequences (the
-    shape of the paper's Figure 14): ``{policy name: (rates, latencies)}``.
-
-    ``"paged"`` is :class:`SharedPagedPolicy` with ``sharing``; ``"oracle"``, ``"pow2"``, ``"max"``
-    are :class:`GroupContiguousPolicy` with that Orca rule.  Every policy serves the same trace at
-    each rate, with ``setup``'s pool, context length and step time.
-
-    Raises:
-        ConfigError: an unknown policy, or bad rates or counts.
-    """
-    out: dict[str, tuple[list, list]] = {}
-    step_time = setup.iteration_time()
-    for key in policies:
-        if key not in ("paged", "oracle", "pow2", "max"):
-            raise ConfigError(f"unknown policy {key!r}; known: paged, oracle, pow2, max")
-        xs, ys = [], []
-        name = None
-        for rate in rates:
-            trace = setup.trace(seed=seed, num_requests=num_requests, rate_per_s=rate)
-            policy = (SharedPagedPolicy(setup.pool_slots, setup.max_seq_len, block_size, sharing) if key == "paged"
-                      else GroupContiguousPolicy(setup.pool_slots, setup.max_seq_len, key, sharing.width))
-            if not all(policy.fits(int(p), int(o)) for p, o in zip(trace.prompt_len, trace.output_len)):
-                break                       # e.g. Orca (Max) x 6: one request's regions exceed the pool
-            res = simulate(trace, policy, iteration_time=step_time)
-            name = res.policy
-            xs.append(float(rate))
-            ys.append(normalized_latency(res))
-        out[name or key] = (xs, ys)
-    return out
-
-
-def capacity(rates, latencies, threshold: float) -> float:
-    """The request rate at which a latency curve first reaches ``threshold`` (linear between the
-    two rates around the crossing); the last rate if it never does, the first if it starts above."""
-    rates, lat = list(rates), list(latencies)
-    if not rates:
-        return float("nan")
-    if lat[0] >= threshold:
-        return float(rates[0])
-    for (r0, y0), (r1, y1) in zip(zip(rates, lat), zip(rates[1:], lat[1:])):
-        if y1 >= threshold:
-            return float(r0 + (r1 - r0) * (threshold - y0) / (y1 - y0))
-    return float(rates[-1])

@@ -11,7 +11,7 @@ scheduling and vLLM's scheduler, vLLM paper §4.5 and §6.1) does, in this order
 3. if nothing was preempted, waiting requests are admitted in order while the policy can place
    them (head-of-line blocking, as both systems do) and the batch has room; an admitted request
    prefills and gets its first output token in this step;
-4. memory is classified (:mod:`paged_kv.sim.policies`), the step's duration is charged, and requests
+4. memory is classified (:mod:`paged_kv.sim.memory_policy`), the step's duration is charged, and requests
    that produced their last token are freed.
 
 The scheduling rules of steps 2-3 (FCFS, the preemption victim, no admission in a step that
@@ -41,7 +41,7 @@ from ..defaults import MAX_NUM_SEQS
 from ..errors import ConfigError, PagedKVError
 from ..scheduling.rules import may_admit, preemption_victim, requeue_preempted
 from ..validate import count, real
-from .policy import MemoryPolicy
+from .memory_policy import MemoryPolicy
 from .result import STEP_FIELDS, Layout, SimResult
 from .traces import Trace
 

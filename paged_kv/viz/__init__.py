@@ -2,7 +2,7 @@
 plotly's renderer.
 
 Submodules: :mod:`~paged_kv.viz.palette` (colours), :mod:`~paged_kv.viz.controls` (sliders and
-dropdowns that find what they change by name), :mod:`~paged_kv.viz.memory` (chapter 3),
+dropdowns that find what they change by name), :mod:`~paged_kv.viz.memory` and :mod:`~paged_kv.viz.calculator` (chapter 3),
 :mod:`~paged_kv.viz.fragmentation` (chapter 4), :mod:`~paged_kv.viz.blocks`, :mod:`~paged_kv.viz.kernel_walk` and :mod:`~paged_kv.viz.gpu_results` (chapter 5).  Nothing
 in the package below this layer imports it.
 

@@ -1,14 +1,14 @@
-"""Chapter 3's figures: KV cache vs weights, sequences per GPU, attention variants, and the
-static KV-cache calculator.
+"""Chapter 3's figures: KV cache vs weights, sequences per GPU, attention variants (the
+calculator's are :mod:`paged_kv.viz.calculator`).
 
 Each figure has a ``*_data`` function that asks :mod:`paged_kv.memory` for the numbers and
 returns plain dicts/lists, and a ``*_figure`` function that only draws them (so a figure can be
 rebuilt from stored data with no package state).  Interaction is plotly's own (dropdown
 ``updatemenus``, sliders), so every figure works in the static HTML book with no kernel.
 
-Contexts beyond a model's declared maximum (:attr:`~paged_kv.memory.presets.ModelSpec.max_position`)
-are never drawn as if the model could serve them: lines end at the maximum, bars give way to a
-"beyond max context" mark, and calculator rows are greyed out and say so.
+Contexts beyond a model's declared maximum (:attr:`~paged_kv.memory.ModelSpec.max_position`) are
+never drawn as if the model could serve them: lines end at the maximum, and dots give way to a
+"beyond max context" mark.
 """
 
 from __future__ import annotations
@@ -17,37 +17,31 @@ import math
 from typing import Sequence
 
 import plotly.graph_objects as go
-from plotly.subplots import make_subplots
 
 from .. import memory
 from ..defaults import RESERVE_FRACTION
-from ..errors import ConfigError
-from ..units import GiB, KiB, MiB, format_bytes
-from .controls import layout_path, trace_indices
+from ..units import GiB
 from .palette import COLORS
 
+__all__ = ["BEYOND", "CONTEXTS", "attention_variants_data", "attention_variants_figure", "gpu_fit_data",
+           "gpu_fit_figure", "kv_shape", "kv_vs_weights_data", "kv_vs_weights_figure", "token_label"]
+
 CONTEXTS = [1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072]
-CALC_CONTEXTS = [512, *CONTEXTS]  # 512: the bundled tiny model's whole context
 BEYOND = "beyond max context"
-GREY = "#A0A0A0"
-BEYOND_MARK = " †"  # a calculator row beyond the model's maximum context (short: one line on a phone)
 
 
-def _k(n: int) -> str:
+def token_label(n: int) -> str:
     """1024 -> "1K", 40960 -> "40K", 163840 -> "160K" (tokens; K = 1,024)."""
     if n >= 1024 and n % 1024 == 0:
         return f"{n // 1024}K"
     return f"{n / 1024:.1f}K" if n >= 1024 else str(n)
 
 
-def _binary(n: float) -> str:
-    """Bytes in the largest binary unit that keeps the number >= 1, three significant digits
-    (a table cell that stays on one line on a phone): "64 MiB", "1 GiB", "56.7 GiB"."""
-    for unit, size in (("GiB", GiB), ("MiB", MiB), ("KiB", KiB)):
-        if n >= size:
-            v = n / size
-            return f"{v:,.0f} {unit}" if v >= 100 or v == int(v) else f"{v:.3g} {unit}"
-    return f"{n:,.0f} B"
+def kv_shape(spec) -> str:
+    """What a token of ``spec`` caches per layer, in words: "8 KV heads", "latent 512 + rope 64"."""
+    if spec.kv_lora_rank:
+        return f"latent {spec.kv_lora_rank} + rope {spec.qk_rope_head_dim}"
+    return f"{spec.num_kv_heads} KV head{'s' if spec.num_kv_heads > 1 else ''}"
 
 
 def _within(max_position, context: int) -> bool:
@@ -67,7 +61,7 @@ def kv_vs_weights_data(models: Sequence[str], contexts: Sequence[int] = CONTEXTS
            "models": {}}
     for name in models:
         spec = memory.model_preset(name)
-        own = [c for c in contexts if _within(spec.max_position, c)]
+        own = [c for c in contexts if spec.within_max_context(c)]
         if (spec.max_position is not None and spec.max_position not in own
                 and spec.max_position < max(contexts)):
             own.append(spec.max_position)
@@ -108,7 +102,7 @@ def kv_vs_weights_figure(data: dict) -> go.Figure:
               "lies beyond the chart)</sup>",
         title_font_size=14,
         xaxis=dict(title="context length (tokens per sequence)", type="log", tickvals=x,
-                   ticktext=[_k(c) for c in x]),
+                   ticktext=[token_label(c) for c in x]),
         yaxis=dict(title="KV cache / weights", type="log", exponentformat="none", dtick=1), height=560,
         margin=dict(l=60, r=10, t=110, b=50),
         legend=dict(font=dict(size=10), orientation="h", y=-0.2, yanchor="top", x=0),
@@ -144,7 +138,7 @@ def _fit_bars(data: dict, c: int, g: str) -> tuple[list, list]:
 def _beyond_marks(data: dict, c: int) -> list:
     """One annotation per model that cannot serve context ``c``, at the foot of its group."""
     return [dict(x=m, y=0, xref="x", yref="paper", yanchor="bottom", showarrow=False,
-                 text=f"{BEYOND}<br>(max {_k(top)})", font=dict(size=10, color="#666"),
+                 text=f"{BEYOND}<br>(max {token_label(top)})", font=dict(size=10, color="#666"),
                  bgcolor="#F2F2F2")
             for m, top in zip(data["models"], data["max_position"]) if not _within(top, c)]
 
@@ -170,13 +164,13 @@ def gpu_fit_figure(data: dict) -> go.Figure:
     steps = []
     for c in data["contexts"]:
         bars = [_fit_bars(data, c, g) for g in data["gpus"]]
-        steps.append(dict(label=_k(c), method="update",
+        steps.append(dict(label=token_label(c), method="update",
                           args=[{"y": [b[0] for b in bars], "text": [b[1] for b in bars]},
                                 {"annotations": _beyond_marks(data, c)}]))
     shown = [v for c in data["contexts"] for g in data["gpus"]
              for v in _fit_bars(data, c, g)[0] if v]
     top = math.log10(max(shown)) if shown else 1.0
-    ticks = [f"{m}<br><sup>max {_k(t)}</sup>" if t else m
+    ticks = [f"{m}<br><sup>max {token_label(t)}</sup>" if t else m
              for m, t in zip(data["models"], data["max_position"])]
     fig.update_layout(
         scattermode="group", scattergap=0.35, height=580, margin=dict(l=60, r=10, t=90, b=40),
@@ -198,16 +192,10 @@ def attention_variants_data(model: str = "Llama-2-70B", tp: int = 8, kv_dtype: s
     rows = []
     for kind in ("MHA", "GQA", "MQA", "MLA"):
         spec = memory.attention_variant(model, kind)
-        rows.append({"kind": kind, "label": f"{kind} ({_describe(spec)})",
+        rows.append({"kind": kind, "label": f"{kind} ({kv_shape(spec)})",
                      "whole": memory.kv_bytes_per_token(spec, kv_dtype),
                      "per_gpu": memory.kv_bytes_per_token(spec, kv_dtype, tp=tp)})
     return {"model": memory.model_preset(model).name, "tp": tp, "kv_dtype": kv_dtype, "rows": rows}
-
-
-def _describe(spec) -> str:
-    if spec.kv_lora_rank:
-        return f"latent {spec.kv_lora_rank} + rope {spec.qk_rope_head_dim}"
-    return f"{spec.num_kv_heads} KV head{'s' if spec.num_kv_heads > 1 else ''}"
 
 
 def attention_variants_figure(data: dict) -> go.Figure:
@@ -226,239 +214,4 @@ def attention_variants_figure(data: dict) -> go.Figure:
         title=f"KV bytes per token,<br>{data['model']}'s shape ({data['kv_dtype']})",
         yaxis=dict(title="KiB per token", rangemode="tozero"),
         legend=dict(orientation="h", y=-0.25, x=0, yanchor="top"))
-    return fig
-
-
-# --- the static calculator -----------------------------------------------------------------------
-CALC_COLUMNS = ["context (tokens)", "KV / sequence", "share of one GPU", "max batch",
-                "max batch, fp8 KV", "max batch, TP=8"]
-# the same columns as shown: two short lines each, so the table keeps one line per row on a phone
-CALC_HEADERS = ["context<br>(tokens)", "KV /<br>sequence", "share of<br>one GPU", "max<br>batch",
-                "max batch<br>fp8 KV", "max batch<br>TP=8"]
-NO_ROOM = "✗"  # the weights alone do not fit
-DASH = "–"  # a row beyond the model's maximum context
-TP_DASHES = ["solid", "dash", "dot", "dashdot", "longdash"]
-TP_SYMBOLS = ["circle", "square", "diamond", "x", "triangle-up"]
-HIGHLIGHT = "#FFF3C4"      # the highlighted row; the context marker is MARKER_COLOR: neither is a series colour
-MARKER_COLOR = "#222222"
-NOTHING_FITS = "nothing fits on this GPU at any context shown<br>(the weights alone, or the heads do not split)"
-
-
-def _fit(spec, gpu: str, context: int, kv_dtype: str = "fp16", tp: int = 1):
-    """Max batch; -1 when the weights alone do not fit; None when ``tp`` cannot split the heads."""
-    try:
-        plan = memory.plan_memory(spec, gpu, context, 1, kv_dtype, tp=tp)
-    except ConfigError:
-        return None
-    return plan.max_batch_size if plan.weights_fit else -1
-
-
-def calculator_data(models: Sequence[str], gpus: Sequence[str], contexts: Sequence[int] = CALC_CONTEXTS,
-                    tps: Sequence[int] = (1, 2, 4, 8, 16)) -> dict:
-    """Every case of the static calculator, precomputed with :func:`paged_kv.memory.plan_memory`
-    (fp16 KV unless said, weights in their serving dtype, 10% reserve).  A max batch of -1 means
-    the weights alone do not fit; ``None``, that the heads cannot be split over that many GPUs.
-    ``beyond`` marks a context past the model's ``max_position`` (computed, but not servable)."""
-    out = {"models": {}, "gpus": {}, "contexts": list(contexts), "tps": list(tps)}
-    for g in gpus:
-        spec = memory.gpu_preset(g)
-        out["gpus"][spec.name] = {"marketed": spec.marketed, "memory_bytes": spec.memory_bytes}
-    for name in models:
-        spec = memory.model_preset(name)
-        m = out["models"][spec.name] = {
-            "kind": spec.attention_kind, "source": spec.source, "weights_dtype": spec.weights_dtype,
-            "per_token": memory.kv_bytes_per_token(spec),
-            "per_token_fp8": memory.kv_bytes_per_token(spec, "fp8"),
-            "weights": memory.weights_bytes(spec), "shape": _describe(spec), "layers": spec.num_layers,
-            "head_dim": spec.head_dim, "window": spec.sliding_window,
-            "max_position": spec.max_position, "cases": {}}
-        for g in out["gpus"]:
-            gpu_bytes = out["gpus"][g]["memory_bytes"]
-            m["cases"][g] = [{
-                "context": c, "beyond": not _within(spec.max_position, c),
-                "per_seq": memory.kv_cache_bytes(spec, c, 1),
-                "share": memory.kv_cache_bytes(spec, c, 1) / gpu_bytes,
-                "batch": _fit(spec, g, c), "batch_fp8": _fit(spec, g, c, "fp8"),
-                "batch_tp": {tp: _fit(spec, g, c, tp=tp) for tp in tps}} for c in contexts]
-    return out
-
-
-def _fmt_batch(b) -> str:
-    return "-" if b is None else (NO_ROOM if b < 0 else f"{b:,}")
-
-
-def _fmt_share(share: float) -> str:
-    pct = 100 * share
-    return f"{pct:,.2f}%" if pct >= 0.01 else f"{pct:.1g}%"
-
-
-def _table_columns(rows: list) -> list:
-    """The table's columns; a row beyond the model's maximum context keeps only its context."""
-    def col(fmt):
-        return [DASH if r["beyond"] else fmt(r) for r in rows]
-    return [[f"{r['context']:,}" + (BEYOND_MARK if r["beyond"] else "") for r in rows],
-            col(lambda r: _binary(r["per_seq"])),
-            col(lambda r: _fmt_share(r["share"])),
-            col(lambda r: _fmt_batch(r["batch"])),
-            col(lambda r: _fmt_batch(r["batch_fp8"])),
-            col(lambda r: _fmt_batch(r["batch_tp"].get(8)))]
-
-
-def _font_colors(rows: list) -> list:
-    column = [GREY if r["beyond"] else "#222" for r in rows]
-    return [column] * len(CALC_COLUMNS)
-
-
-def _model_note(name: str, m: dict) -> str:
-    window = f", sliding window {m['window']:,}" if m["window"] else ""
-    cached = m["shape"] if m["kind"] == "MLA" else f"{m['shape']} x {m['head_dim']}"
-    top = (f"max context {m['max_position']:,} tokens (grey rows{BEYOND_MARK}: beyond it)"
-           if m["max_position"] else "max context not declared")
-    return (f"<b>{name}</b>: {m['kind']}, {m['layers']} layers x {cached}{window}"
-            f"<br><i>{m['source']}</i><br>KV per token: {m['per_token']:,} B in fp16, "
-            f"{m['per_token_fp8']:,} B in fp8<br>{top}"
-            f"<br>weights ({m['weights_dtype']}): {format_bytes(m['weights'], 'auto')}")
-
-
-def _gpu_note(name: str, g: dict) -> str:
-    return (f"<b>{name}</b> (sold as \"{g['marketed']}\"): {format_bytes(g['memory_bytes'], 'auto')}"
-            f"<br>per GPU, {RESERVE_FRACTION:.0%} kept for activations; TP=1, fp16 KV unless"
-            f"<br>a column says; {NO_ROOM}: the weights do not fit; -: heads do not split")
-
-
-def _row_fills(n: int, active: int) -> list:
-    column = [HIGHLIGHT if i == active else ("#F7F7F7" if i % 2 else "white") for i in range(n)]
-    return [column] * len(CALC_COLUMNS)
-
-
-def _line_y(m: dict, g: str, tp: int) -> list:
-    """Max batch at TP=``tp`` for the chart: gaps where nothing fits or beyond max context."""
-    return [r["batch_tp"][tp] if r["batch_tp"][tp] and r["batch_tp"][tp] > 0 and not r["beyond"]
-            else None for r in m["cases"][g]]
-
-
-def _nothing_fits_y(m: dict, g: str, tps: Sequence[int]) -> list:
-    """The "nothing fits" note's y: ``[1]`` (shown) when no TP line of ``g`` has a point, else ``[None]``."""
-    return [None] if any(v is not None for tp in tps for v in _line_y(m, g, tp)) else [1]
-
-
-def calculator_figure(data: dict, model: str | None = None, gpu: str | None = None,
-                      context_index: int | None = None) -> go.Figure:
-    """The static calculator: a model dropdown (restyles the data), a GPU dropdown (shows that
-    GPU's table and curves) and a context slider (highlights a row and marks the chart).
-
-    The three controls change three different properties (data, visibility, row colour and a
-    shape), so any combination of choices shows consistent numbers with no kernel.
-    ``context_index`` is the row highlighted first (default: 8,192 tokens if listed).  The TP lines
-    differ in dash and marker (they often coincide: the cache per GPU stops shrinking once each
-    GPU holds one KV head), and stop at the model's maximum context.
-    """
-    models, gpus, contexts, tps = list(data["models"]), list(data["gpus"]), data["contexts"], data["tps"]
-    model, gpu = model or models[0], gpu or gpus[0]
-    if context_index is None:
-        context_index = contexts.index(8192) if 8192 in contexts else 0
-    xs = list(range(len(contexts)))
-    fig = make_subplots(rows=2, cols=1, row_heights=[0.56, 0.44], vertical_spacing=0.1,
-                        specs=[[{"type": "table"}], [{"type": "xy"}]])
-    # Per GPU, one table (named "table: <GPU>") and one line per TP degree; each trace's meta says
-    # which, and the controls find traces, annotations and the marker by those names.
-    sizes = [11 - 2 * j for j in range(len(tps))]  # nested markers stay visible when lines coincide
-
-    for g in gpus:
-        visible = g == gpu
-        rows = data["models"][model]["cases"][g]
-        fig.add_trace(go.Table(
-            name=f"table: {g}", meta=dict(kind="table", gpu=g),
-            header=dict(values=[f"<b>{c}</b>" for c in CALC_HEADERS], fill_color="#E8EEF6", font=dict(size=10),
-                        height=34),
-            cells=dict(values=_table_columns(rows), fill_color=_row_fills(len(rows), context_index),
-                       font=dict(size=10, color=_font_colors(rows)), height=20),
-            columnwidth=[1.05, 1.3, 1.0, 0.8, 0.95, 0.9], visible=visible), row=1, col=1)
-        for j, tp in enumerate(tps):
-            fig.add_trace(go.Scatter(
-                meta=dict(kind="line", gpu=g, tp=tp),
-                x=xs, y=_line_y(data["models"][model], g, tp), mode="lines+markers", name=f"TP={tp}",
-                line=dict(color=COLORS[j % len(COLORS)], dash=TP_DASHES[j % len(TP_DASHES)]),
-                marker=dict(symbol=TP_SYMBOLS[j % len(TP_SYMBOLS)], size=max(sizes[j], 4)),
-                visible=visible, legendgroup=f"tp{tp}", showlegend=True,
-                hovertemplate=f"TP={tp}: %{{y:,}} sequences<extra></extra>"), row=2, col=1)
-        fig.add_trace(go.Scatter(   # said in the chart, not an empty chart with a stale axis
-            meta=dict(kind="note", gpu=g), x=[(len(xs) - 1) / 2], y=_nothing_fits_y(data["models"][model], g, tps),
-            mode="text", text=[NOTHING_FITS], textfont=dict(size=13, color="#B00"), showlegend=False,
-            hoverinfo="skip", visible=visible, name=f"nothing fits: {g}"), row=2, col=1)
-
-    fig.add_shape(type="line", x0=context_index, x1=context_index, y0=0, y1=1, xref="x", yref="y domain",
-                  line=dict(color=MARKER_COLOR, dash="dot", width=1.5), name="context marker")
-    note = dict(xref="paper", yref="paper", x=0, xanchor="left", yanchor="top", showarrow=False,
-                align="left", font=dict(size=11))
-    fig.update_layout(annotations=[
-        dict(text=_model_note(model, data["models"][model]), y=1.33, name="model note", **note),
-        dict(text=_gpu_note(gpu, data["gpus"][gpu]), y=1.185, name="GPU note", **note),
-        dict(text="<b>model</b>", x=0, y=1.395, xref="paper", yref="paper", xanchor="right",
-             yanchor="top", showarrow=False, name="model label"),
-        dict(text="<b>GPU</b>", x=0.5, y=1.395, xref="paper", yref="paper", xanchor="right",
-             yanchor="top", showarrow=False, name="GPU label")])
-    order = [(t.meta["kind"], t.meta["gpu"], t.meta.get("tp")) for t in fig.data]
-    table_idx = trace_indices(fig, [f"table: {g}" for g in gpus])
-    model_note = layout_path(fig, "annotations", "model note", "text")
-    gpu_note = layout_path(fig, "annotations", "GPU note", "text")
-    marker_x0 = layout_path(fig, "shapes", "context marker", "x0")
-    marker_x1 = layout_path(fig, "shapes", "context marker", "x1")
-
-    def model_args(name: str) -> list:
-        m = data["models"][name]
-        cells, colors, ys = [], [], []
-        for kind, g, tp in order:
-            cells.append(_table_columns(m["cases"][g]) if kind == "table" else None)
-            colors.append(_font_colors(m["cases"][g]) if kind == "table" else None)
-            ys.append(None if kind == "table" else (_nothing_fits_y(m, g, tps) if kind == "note"
-                                                    else _line_y(m, g, tp)))
-        return [{"cells.values": cells, "cells.font.color": colors, "y": ys},
-                {model_note: _model_note(name, m)}]
-
-    model_menu = [dict(label=name, method="update", args=model_args(name)) for name in models]
-    gpu_menu = [dict(label=g, method="update",
-                     args=[{"visible": [o[1] == g for o in order]},
-                           {gpu_note: _gpu_note(g, data["gpus"][g])}]) for g in gpus]
-    steps = [dict(label=_k(c), method="update",
-                  args=[{"cells.fill.color": [_row_fills(len(contexts), i)] * len(gpus)},
-                        {marker_x0: i, marker_x1: i}, table_idx]) for i, c in enumerate(contexts)]
-    fig.update_layout(
-        height=900, margin=dict(l=45, r=5, t=250, b=40), title=None,
-        updatemenus=[dict(buttons=model_menu, active=models.index(model), x=0, xanchor="left", y=1.41,
-                          yanchor="top", direction="down"),
-                     dict(buttons=gpu_menu, active=gpus.index(gpu), x=0.5, xanchor="left", y=1.41,
-                          yanchor="top", direction="down")],
-        sliders=[dict(active=context_index, steps=steps, currentvalue=dict(prefix="highlighted context: "),
-                      pad=dict(t=30), y=-0.02)],
-        legend=dict(orientation="h", x=1, xanchor="right", y=0.45, yanchor="bottom",
-                    title_text="fp16 KV:"))
-    fig.update_xaxes(tickvals=xs, ticktext=[_k(c) for c in contexts], title_text="context length (tokens)", row=2, col=1)
-    fig.update_yaxes(type="log", title_text="max concurrent sequences", row=2, col=1, dtick=1)
-    return fig
-
-
-# --- one GPU's memory, for the live calculator ----------------------------------------------------
-def gpu_memory_parts(plan) -> dict:
-    """Plain numbers of one GPU from a :class:`~paged_kv.memory.MemoryPlan` (bytes, per GPU)."""
-    used = plan.weights_bytes + plan.reserve_bytes + plan.kv_bytes
-    group = f"{plan.tp} x {plan.gpu}" if plan.pp == 1 else f"{plan.tp * plan.pp} x {plan.gpu} (PP={plan.pp})"
-    return {"title": f"one of {group}: {plan.batch_size} x {plan.seq_len:,} tokens",
-            "gpu_bytes": plan.gpu_bytes, "parts": {
-                "weights": plan.weights_bytes, "reserve": plan.reserve_bytes,
-                f"KV cache ({plan.kv_dtype})": plan.kv_bytes, "free": max(0, plan.gpu_bytes - used)}}
-
-
-def gpu_memory_figure(parts: dict) -> go.Figure:
-    """One horizontal stacked bar of a GPU's memory in GiB, with the card's capacity marked."""
-    fig = go.Figure()
-    colors = [COLORS[0], "#BAB0AC", COLORS[1], "#EEEEEE"]
-    for (name, n), color in zip(parts["parts"].items(), colors):
-        fig.add_trace(go.Bar(y=["GPU"], x=[n / GiB], name=name, orientation="h", marker_color=color,
-                             hovertemplate=f"{name}: %{{x:,.2f}} GiB<extra></extra>"))
-    cap = parts["gpu_bytes"] / GiB
-    fig.add_vline(x=cap, line=dict(color="#E45756", dash="dash"), annotation_text=f"{cap:,.1f} GiB")
-    fig.update_layout(barmode="stack", height=200, margin=dict(l=40, r=20, t=40, b=30),
-                      title=dict(text=parts["title"], font=dict(size=13)), xaxis_title="GiB",
-                      legend=dict(orientation="h", y=-0.5))
     return fig

@@ -4,9 +4,9 @@ Pick a model preset (or "custom" and type its sizes), a context length, a batch 
 dtype, the GPU, the tensor-parallel degree (up to 16 GPUs of a node pair) and the pipeline-parallel
 degree; the panel prints bytes per token, the KV cache of
 the batch, its share of the GPU, and the largest batch that fits, and draws the GPU's memory
-(:func:`paged_kv.viz.memory.gpu_memory_figure`) in a ``go.FigureWidget`` updated in place, or
+(:func:`paged_kv.viz.calculator.gpu_memory_figure`) in a ``go.FigureWidget`` updated in place, or
 redrawn into an ``ipywidgets.Output`` where FigureWidget is unavailable (it needs ``anywidget``).
-The static book shows :func:`paged_kv.viz.memory.calculator_figure` instead.
+The static book shows :func:`paged_kv.viz.calculator.calculator_figure` instead.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from .. import memory
 from ..errors import PagedKVError
 from ..memory import GPU_PRESETS, KV_DTYPES, MODEL_PRESETS, WEIGHT_DTYPE_BITS, ModelSpec
 from ..units import format_bytes
-from ..viz.memory import gpu_memory_figure, gpu_memory_parts
+from ..viz.calculator import gpu_memory_figure, gpu_memory_parts
 
 CUSTOM = "custom"
 

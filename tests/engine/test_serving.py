@@ -27,6 +27,8 @@ def test_engine_and_simulator_agree_step_by_step():
     assert st.running == sim.steps["running"].tolist()
     np.testing.assert_array_equal(res.finish_s, sim.finish_s)
     assert np.all(res.first_token_s == sim.first_admit_s + 1)      # the first token ends the admitting step
+    per_request = [(f - a) / o for f, a, o in zip(res.finish_s, trace.arrival_s, trace.output_len)]
+    assert res.normalized_latency == pytest.approx(sum(per_request) / len(trace))
 
 
 def test_both_preempt_under_the_same_pressure():

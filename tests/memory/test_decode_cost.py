@@ -1,12 +1,16 @@
 """Decode arithmetic (paged_kv.memory.decode_cost): bytes, FLOPs, intensity, ridge points, the
-roofline; every expected value derived by hand from the public configs and datasheets."""
+roofline; every expected value derived by hand from the public configs and datasheets, or counted
+from a real model's and cache's tensors."""
 
 import pytest
+import torch
 
 from paged_kv.errors import ConfigError
 from paged_kv.memory import (arithmetic_intensity, budget_range_for_slots, step_bytes,
                              step_flops, kv_bytes_per_token, model_preset, ridge_point,
                              roofline_tokens_per_s, tokens_to_reach, weights_read_per_step)
+from paged_kv.model import ModelConfig, TinyLlama
+from paged_kv.storage import ContiguousKVCache
 from paged_kv.units import GiB
 
 # Llama-3-8B (meta-llama/Meta-Llama-3-8B config.json), counted by hand: untied 128,256 x 4,096
@@ -34,6 +38,20 @@ def test_kv_outweighs_weights_read_beyond(batch, expected):
     assert w // (KV_PER_TOKEN * batch) == expected
     assert tokens_to_reach("Llama-3-8B", weights_read_per_step("Llama-3-8B"), batch) == expected + 1
     assert (PARAMS * 2) // (KV_PER_TOKEN * batch) == {1: 122_532, 16: 7_658, 64: 1_914}[batch]
+
+
+@pytest.mark.parametrize("tied", [True, False])
+@pytest.mark.parametrize("t,batch", [(0, 1), (37, 1), (37, 3), (128, 2)])
+def test_step_bytes_of_a_model_are_its_tensors(small_cfg, tied, t, batch):
+    """Counted by walking a real fp16 TinyLlama and a real cache: every parameter but an untied
+    input table (a step gathers B of its rows; a tied one the LM head reads whole), and the K/V
+    tensors of ``batch`` sequences of ``t`` tokens."""
+    cfg = ModelConfig(**{**small_cfg.to_dict(), "tie_embeddings": tied})
+    model = TinyLlama(cfg).to(torch.float16)
+    weights = sum(p.numel() * p.element_size() for name, p in model.named_parameters()
+                  if tied or name != "embed_tokens.weight")
+    kv = ContiguousKVCache(cfg, batch, t, dtype=torch.float16).nbytes if t else 0
+    assert step_bytes(cfg, t, batch, "fp16", "fp16") == {"weights": weights, "kv_cache": kv}
 
 
 def test_step_bytes_grow_with_t_and_b():

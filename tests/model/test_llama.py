@@ -53,10 +53,13 @@ def test_config_from_hf_reads_head_dim():
 
 
 def test_parameter_count_formula_matches_modules(small_cfg):
-    for tie in (True, False):
-        cfg = ModelConfig(**{**small_cfg.to_dict(), "tie_embeddings": tie})
-        m = TinyLlama(cfg)
-        assert cfg.num_parameters() == sum(p.numel() for p in m.parameters())
+    mqa = ModelConfig(vocab_size=50, hidden_size=48, num_layers=3, num_heads=4, num_kv_heads=1, head_dim=16,
+                      intermediate_size=80, max_seq_len=32)   # head_dim * heads != hidden_size
+    for base in (small_cfg, mqa):
+        for tie in (True, False):
+            cfg = ModelConfig(**{**base.to_dict(), "tie_embeddings": tie})
+            m = TinyLlama(cfg)
+            assert cfg.num_parameters() == sum(p.numel() for p in m.parameters())
 
 
 @pytest.mark.parametrize("kwargs,match", [

@@ -16,6 +16,7 @@ from paged_kv.blocks import paper_trace
 from paged_kv.errors import ConfigError
 from paged_kv.sim import OrcaOracle, simulate, trace_from_rows
 from paged_kv.viz import layout_path, trace_indices
+from paged_kv.viz import calculator as vc
 from paged_kv.viz import memory as vm
 from paged_kv.viz.blocks import TRACE_NAMES, blocks_figure
 from paged_kv.viz.fragmentation import STRIP_TRACE, strip_figure
@@ -60,8 +61,8 @@ def _apply(fig: go.Figure, control: dict) -> go.Figure:
 
 @pytest.fixture(scope="module")
 def calc():
-    data = vm.calculator_data(MODELS, GPUS, CONTEXTS, tps=(1, 8))
-    return data, vm.calculator_figure(data, model=MODELS[0], gpu=GPUS[0], context_index=0)
+    data = vc.calculator_data(MODELS, GPUS, CONTEXTS, tps=(1, 8))
+    return data, vc.calculator_figure(data, model=MODELS[0], gpu=GPUS[0], context_index=0)
 
 
 def test_calculator_model_menu_changes_the_model_note_and_the_tables(calc):
@@ -76,8 +77,8 @@ def test_calculator_model_menu_changes_the_model_note_and_the_tables(calc):
         for g in GPUS:
             table = after.data[trace_indices(after, [f"table: {g}"])[0]]
             plan = memory.plan_memory(button.label, g, 2048)
-            expect = f"{plan.max_batch_size:,}" if plan.weights_fit else vm.NO_ROOM
-            assert table.cells.values[vm.CALC_COLUMNS.index("max batch")][0] == expect
+            expect = f"{plan.max_batch_size:,}" if plan.weights_fit else vc.NO_ROOM
+            assert table.cells.values[vc.CALC_COLUMNS.index("max batch")][0] == expect
 
 
 def test_calculator_gpu_menu_shows_that_gpus_traces_and_note(calc):

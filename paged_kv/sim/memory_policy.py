@@ -1,8 +1,9 @@
 """The interface of the simulator's KV memory policies, and the bookkeeping they share.
 
 :class:`MemoryPolicy` is what :func:`paged_kv.sim.simulate` drives; the four policies of
-the vLLM paper's §6.1 (Orca Max/Pow2/Oracle, and paging as in vLLM §4.2) subclass it in
-:mod:`paged_kv.sim.policies`.  A *slot* holds one token's keys and values for every layer.
+the vLLM paper's §6.1 subclass it: the Orca baselines in :mod:`paged_kv.sim.contiguous`, paging
+(vLLM §4.2) in :mod:`paged_kv.sim.paged`.  A *slot* holds one token's keys and values for every
+layer.
 
 Memory is classified as in the paper's Fig. 2.  For a running request with ``L`` tokens so far,
 final length ``F`` = prompt + output and ``A`` slots allocated:
@@ -36,10 +37,6 @@ class MemoryPolicy:
 
     Aggregates are kept as plain ints updated on every event, so a simulator step costs O(1):
     ``num_seqs``; ``sum_len`` (token states); ``sum_cap`` (sum of ``min(A, F)``); ``sum_alloc``.
-
-    Raises:
-        ConfigError: ``pool_slots`` or ``max_seq_len`` not an int >= 1 (numpy ints are fine;
-            bools and floats are not).
     """
 
     name = "policy"
