@@ -6,12 +6,14 @@ How many physical blocks of ``BS`` slots the request holds (:func:`group_blocks`
 
 * **no sharing** (each sequence its own copy of everything, as a contiguous cache must):
   ``width * ceil(L / BS)``;
-* **parallel sampling**: the prompt's *full* blocks are shared by all ``n``; from the prompt's
-  partial block on, each sample owns its blocks (the partial one is copied on the first write):
-  ``P // BS + n * (ceil(L / BS) - P // BS)``;
+* **parallel sampling**: the prompt's *full* blocks are shared by all ``n``; once the samples
+  write (``L > P``), each owns its blocks from the prompt's partial block on (the partial one is
+  copied on each write but the last holder's): ``P // BS + n * (ceil(L / BS) - P // BS)``; before
+  any write the whole prompt is shared, ``ceil(P / BS)``;
 * **beam search**: beams *coalesce*: at any step all ``k`` beams descend from one beam a few
   tokens back, so they share every full block of their common prefix ``c = max(P, L - d)`` and own
-  the rest: ``c // BS + k * (ceil(L / BS) - c // BS)``.  ``d``, the divergence depth, is measured
+  the rest: ``c // BS + k * (ceil(L / BS) - c // BS)``.  Both are
+  :func:`~paged_kv.blocks.group_blocks_held`, the block layer's one formula.  ``d``, the divergence depth, is measured
   on a real beam search (the tiny model's: about ``2 (k - 1)`` tokens, as a coalescent predicts);
   a model, since the true beam tree is random (stated in chapter 6 with the measurement).
 
