@@ -104,9 +104,8 @@ class LLMEngine:
     # --- requests -----------------------------------------------------------------------------
     def load_adapter(self, name: str, shift: int) -> int:
         """Load (or reload) an adapter under ``name``; returns its id, a new one at every load, so K/V
-        cached under an earlier load of the same name is never hit by the new one.  (vLLM v1 first put
-        each LoRA adapter's int id into the block hash, later its name, so that instances agree on
-        hashes; a same-name reload then reused stale K/V: vLLM issues #30931 and #42125.)
+        cached under an earlier load of the same name is never hit by the new one (a reload under
+        the same name reusing stale K/V is vLLM issue #30931).
 
         The adapter stands in for a LoRA adapter: it changes what the model computes for the same
         token ids, here by feeding token ``(t + shift) mod V`` for token ``t`` (``V`` the vocabulary),
