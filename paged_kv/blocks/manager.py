@@ -26,7 +26,7 @@ stays cached with ref count 0 until the pool hands it out again (LRU).  Three ru
    one token always runs through the model);
 2. a block's hash is registered when the block fills, during a prefill or a decode;
 3. a freed block with a hash stays cached (ref count 0, on the free list) until the pool needs
-   it; its entry is removed before it is reused.
+   it, after every free block without one; its entry is removed before it is reused.
 
 Legend: BS block size (tokens per block), NB blocks in the pool.
 """

@@ -21,7 +21,9 @@ from test_manager import BlockManagerMachine  # noqa: E402  (tests/blocks is on 
 
 # --- the free queue ---------------------------------------------------------------------------
 @pytest.mark.parametrize("ops", [[("pop",), ("rm", 3), ("app", 0), ("rm", 4), ("app", 3), ("pop",)],
-                                 [("rm", 0), ("rm", 5), ("app", 5), ("app", 0), ("pop",), ("pop",)]])
+                                 [("rm", 0), ("rm", 5), ("app", 5), ("app", 0), ("pop",), ("pop",)],
+                                 [("pop",), ("left", 0), ("rm", 5), ("left", 5), ("pop",), ("rm", 0),
+                                  ("pop",), ("pop",), ("pop",), ("pop",), ("left", 2), ("app", 3), ("left", 1)]])
 def test_free_queue_behaves_like_a_list(ops):
     q, ref = FreeBlockQueue(6, range(6)), list(range(6))     # a plain list is the reference
     for op in ops:
@@ -29,6 +31,8 @@ def test_free_queue_behaves_like_a_list(ops):
             assert q.popleft() == ref.pop(0)
         elif op[0] == "rm":
             q.remove(op[1]), ref.remove(op[1])
+        elif op[0] == "left":
+            q.appendleft(op[1]), ref.insert(0, op[1])
         else:
             q.append(op[1]), ref.append(op[1])
         assert list(q) == ref and len(q) == len(ref)
@@ -38,6 +42,8 @@ def test_free_queue_errors():
     q = FreeBlockQueue(3, [0, 1])
     with pytest.raises(BlockError, match="already on the free queue"):
         q.append(1)
+    with pytest.raises(BlockError, match="already on the free queue"):
+        q.appendleft(0)
     with pytest.raises(BlockError, match="not on the free queue"):
         q.remove(2)
     with pytest.raises(BlockError, match="int in 0..2"):
@@ -252,6 +258,44 @@ def test_a_hit_revives_a_cached_free_block_from_the_middle_of_the_queue():
     m.check()
 
 
+@pytest.mark.parametrize("empty_freed_last", [True, False])
+def test_a_free_block_that_caches_nothing_is_used_before_a_cached_entry_is_evicted(empty_freed_last):
+    """Two free blocks, one cached-free (c's full block) and one empty (e's partial block); a
+    one-token request takes the empty one whichever was freed last, and c's block is still a hit."""
+    m = BlockSpaceManager(3, 2, enable_prefix_caching=True)
+    m.allocate("h", 2)                                    # holds the third block throughout
+    m.allocate("c", 2)
+    m.cache_full_blocks("c", [1, 2], 2)
+    m.allocate("e", 1)
+    cached, empty = m.block_table("c")[0], m.block_table("e")[0]
+    for sid in (("c", "e") if empty_freed_last else ("e", "c")):
+        m.free(sid)
+    assert m.allocator.free_list() == [empty, cached] and m.allocator.cached_free() == [cached]
+    assert m.allocate("r", 1).block_ids == [empty]
+    assert m.cache.evictions == [] and m.cache_hit([1, 2, 3]) == [cached]
+    m.check()
+
+
+def test_without_a_cache_freed_blocks_keep_fifo_order():
+    a = BlockAllocator(3)
+    assert [a.allocate() for _ in range(3)] == [0, 1, 2]
+    a.free(2), a.free(0), a.free(1)
+    assert a.free_list() == [2, 0, 1]                     # the tail, as before: nothing to protect
+
+
+def test_allocator_check_fires_when_a_cached_free_block_precedes_an_empty_one():
+    m = BlockSpaceManager(3, 2, enable_prefix_caching=True)
+    m.allocate("c", 2)
+    m.cache_full_blocks("c", [1, 2], 2)
+    m.free("c")
+    (b,) = m.allocator.cached_free()
+    m.check()
+    m.allocator._free.remove(b)
+    m.allocator._free.appendleft(b)
+    with pytest.raises(BlockError, match=f"cached-free block {b} sits ahead of a free block that caches nothing"):
+        m.check()
+
+
 def test_allocator_touch_refuses_a_block_that_caches_nothing():
     a = BlockAllocator(3)
     a.cache = PrefixCache(2)
@@ -272,8 +316,9 @@ class PrefixCachingMachine(BlockManagerMachine):
     hand over K/V computed after other tokens); every entry's tokens and depth agree with the dict
     and the origin; a hit is at least as long as the cached, still-held blocks of any sequence that
     shares the prompt's prefix (a lookup must not lose a chain it could prove); ref counts equal
-    holders; the cached-free blocks are exactly the evictable ones (cached, ref count 0), and
-    allocation evicts them in free-queue (LRU) order."""
+    holders; the cached-free blocks are exactly the evictable ones (cached, ref count 0), they sit
+    behind every free block that caches nothing, and allocation evicts them in free-queue (LRU)
+    order, only when no empty block is left."""
 
     NB, BS = 10, 2
     HASH = "sha256"
@@ -309,10 +354,12 @@ class PrefixCachingMachine(BlockManagerMachine):
         new = blocks_needed(len(prompt), self.BS) - len(hit)
         queue = [b for b in self.m.allocator.free_list() if b not in hit]
         lru = [b for b in queue[:new] if b in self.m.cache]   # the cached-free blocks to go, in order
+        empty = [b for b in queue if b not in self.m.cache]
         seen = len(self.m.cache.evictions)
         seq = self.next_id
         self.m.allocate(seq, len(prompt), cached=hit)
         assert self.m.cache.evictions[seen:] == lru
+        assert len(lru) == max(0, new - len(empty))           # an entry goes only when no empty block is left
         self.next_id += 1
         self.tokens[seq] = list(prompt)
         for p, slot in enumerate(self.m.slot_mapping(seq)):
@@ -341,6 +388,8 @@ class PrefixCachingMachine(BlockManagerMachine):
             assert len(self.origin[b]) == (e.depth + 1) * self.BS and self.origin[b][-self.BS:] == e.token_ids
         cached_zero = [b for b in m.allocator.free_list() if b in m.cache]
         assert m.allocator.cached_free() == cached_zero
+        flags = [b in m.cache for b in m.allocator.free_list()]
+        assert flags == sorted(flags)                         # empty blocks first, then cached-free ones
         assert set(cached_zero) == {b for b in m.cache.entries() if m.allocator.ref_count(b) == 0}
 
 
