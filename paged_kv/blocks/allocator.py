@@ -31,8 +31,9 @@ class BlockAllocator:
         free_order: the initial order of the free list, a permutation of
             ``range(num_blocks)``; default ``0, 1, 2, ...``.  Which physical id a request
             gets depends only on this order and on the sequence of ``allocate``/``free``
-            calls (and, with a prefix cache, on which freed blocks are cached), so a trace (e.g. the paper's Figures 6-7, where the first blocks handed
-            out are 7, 1, 3, ...) replays with the same ids given the same order.
+            calls (and, with a prefix cache, on which freed blocks are cached), so a trace
+            (e.g. the paper's Figures 6-7, where the first blocks handed out are 7, 1, 3,
+            ...) replays with the same ids given the same order.
 
     **Why a FIFO free list with a ref-count array.**
     ``allocate`` takes the id at the *head*; a block whose count drops to zero goes to
