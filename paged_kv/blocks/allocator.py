@@ -6,7 +6,8 @@ manager" hands out fixed-size physical blocks), §4.4 (reference counts make sha
 and vLLM v1's ``FreeKVCacheBlockQueue`` (``vllm/v1/core/kv_cache_utils.py``) for the free list
 (:class:`~paged_kv.blocks.free_block_queue.FreeBlockQueue`).  With a
 :class:`~paged_kv.blocks.prefix_cache.PrefixCache` attached (chapter 8), a freed block keeps its
-cache entry (*cached-free*, ref count 0) until it is handed out again.
+cache entry (*cached-free*, ref count 0) until it is handed out again, and free blocks that cache
+nothing are handed out first (vLLM v1's ``BlockPool.free_blocks``, ``vllm/v1/core/block_pool.py``).
 """
 
 from __future__ import annotations
@@ -30,8 +31,9 @@ class BlockAllocator:
         free_order: the initial order of the free list, a permutation of
             ``range(num_blocks)``; default ``0, 1, 2, ...``.  Which physical id a request
             gets depends only on this order and on the sequence of ``allocate``/``free``
-            calls, so a trace (e.g. the paper's Figures 6-7, where the first blocks handed
-            out are 7, 1, 3, ...) replays with the same ids given the same order.
+            calls (and, with a prefix cache, on which freed blocks are cached), so a trace
+            (e.g. the paper's Figures 6-7, where the first blocks handed out are 7, 1, 3,
+            ...) replays with the same ids given the same order.
 
     **Why a FIFO free list with a ref-count array.**
     ``allocate`` takes the id at the *head*; a block whose count drops to zero goes to
@@ -39,16 +41,28 @@ class BlockAllocator:
     all a decode step needs (one allocation per sequence at most).  The alternatives
     cost more or say less: scanning a bitmap for the lowest free id is O(NB) per
     allocation; a ``set`` has no order a reader (or a test) can predict; a stack (vLLM
-    v0's ``free_blocks.pop()``) hands the block freed a moment ago straight back out.
-    FIFO is what vLLM v1 chose: with prefix caching a freed block still holds valid
-    K/V, and reusing the *least recently* freed block first keeps recently freed
-    contents around longest (LRU eviction).  A ``deque`` would do for FIFO alone; but a
-    cache hit must pull a block out of the *middle* of the queue in O(1), so the list
-    is a doubly linked :class:`~paged_kv.blocks.free_block_queue.FreeBlockQueue`, as in
-    vLLM v1 (a deque would no longer do: its ``remove`` is O(NB)).
+    v0's ``free_blocks.pop()``) hands the block freed a moment ago straight back out,
+    which keeps a few ids hot (vLLM v1 does that with prefix caching off, for GPU cache
+    locality) but, with prefix caching, would destroy the freshest cached K/V first.
+    FIFO is what vLLM v1 does with cached blocks: a freed block still holds valid K/V,
+    and reusing the *least recently* freed block first keeps recently freed contents
+    around longest (LRU eviction).  Without a cache this allocator stays FIFO: with
+    nothing cached no order saves prefill, and "free longest, handed out first" is the
+    order the book's traces (chapter 5) are read by.  A ``deque`` would do for FIFO
+    alone; but a cache hit must pull a block out of the *middle* of the queue in O(1), so
+    the list is a doubly linked :class:`~paged_kv.blocks.free_block_queue.FreeBlockQueue`,
+    as in vLLM v1 (a deque would no longer do: its ``remove`` is O(NB)).
 
     Prefix caching (:attr:`cache`, set by the manager): a freed block whose K/V is cached
-    keeps its entry and sits on the free list like any free block (*cached-free*);
+    keeps its entry and joins the tail (*cached-free*); a freed block that caches nothing
+    (a partial last block, a block never registered) joins the *head*, so the free list
+    is always the empty blocks, then the cached-free ones, least recently freed first,
+    and a cached entry is evicted only when no empty block is free.  Appended like the
+    rest, an empty block would wait behind cached ones, and a one-token request would
+    destroy cached K/V to spare a block that holds nothing.  vLLM v1 does the same
+    (``BlockPool.free_blocks``: blocks without a hash are prepended, those with one
+    appended); SGLang's radix cache likewise evicts tree nodes only for what its free pool
+    lacks (``evict_from_tree_cache``, ``python/sglang/srt/mem_cache/common.py``).
     :meth:`allocate` evicts the head's entry *before* handing the block out, so no entry
     ever names a block that holds other tokens; :meth:`touch` revives a cached-free block
     (a hit) by unlinking it from the middle of the list.
@@ -95,12 +109,15 @@ class BlockAllocator:
         return self._refs[self._check_id(block_id)]
 
     def free_list(self) -> list[int]:
-        """The free block ids in the order ``allocate`` will hand them out (and, with a prefix
-        cache, evict cached-free blocks: least recently freed first)."""
+        """The free block ids in the order ``allocate`` will hand them out: least recently freed
+        first; with a prefix cache, the blocks that cache nothing first (the most recently freed
+        of them first), then the cached-free ones, least recently freed first (their eviction
+        order)."""
         return list(self._free)
 
     def cached_free(self) -> list[int]:
-        """Free blocks that still hold cached K/V (ref count 0, entry kept), in eviction order."""
+        """Free blocks that still hold cached K/V (ref count 0, entry kept), in eviction order: the
+        end of :meth:`free_list`, behind every free block that caches nothing."""
         if self.cache is None:
             return []
         return [b for b in self._free if b in self.cache]
@@ -149,7 +166,9 @@ class BlockAllocator:
         return self._refs[block_id]
 
     def free(self, block_id: int) -> int:
-        """Remove one holder of ``block_id``; at zero the block goes to the tail of the free list.
+        """Remove one holder of ``block_id``; at zero the block goes to the tail of the free list,
+        or, with a prefix cache and no entry for it, to the head (reused before any cached-free
+        block is evicted).
 
         Returns the remaining ref count (0 = the block is free again).
 
@@ -166,7 +185,10 @@ class BlockAllocator:
             raise BlockError(f"double free: block {block_id} is already free")
         self._refs[block_id] -= 1
         if self._refs[block_id] == 0:
-            self._free.append(block_id)
+            if self.cache is not None and block_id not in self.cache:
+                self._free.appendleft(block_id)
+            else:
+                self._free.append(block_id)
         return self._refs[block_id]
 
     # --- invariants ---------------------------------------------------------------------------
@@ -176,7 +198,8 @@ class BlockAllocator:
         Invariants, in the order checked: no ref count is negative; free + used = ``num_blocks``
         (used = blocks with a count >= 1; a leaked block, free by count but missing from the list,
         breaks this); no id sits twice on the free list; the free list holds exactly the blocks
-        whose count is 0.
+        whose count is 0; with a prefix cache, no cached-free block sits ahead of one that caches
+        nothing (it would be evicted while an empty block is free).
         """
         negative = [b for b, r in enumerate(self._refs) if r < 0]
         if negative:
@@ -190,6 +213,11 @@ class BlockAllocator:
         zero = {b for b, r in enumerate(self._refs) if r == 0}
         if set(self._free) != zero:
             raise BlockError(f"free list {sorted(self._free)} differs from the blocks with ref count 0 {sorted(zero)}")
+        if self.cache is not None:
+            cached = [b for b in free if b in self.cache]
+            if cached and any(b not in self.cache for b in free[free.index(cached[0]):]):
+                raise BlockError(f"cached-free block {cached[0]} sits ahead of a free block that caches "
+                                 f"nothing in the free list {free}")
 
     def _check_id(self, block_id: int) -> int:
         if type(block_id) is int and 0 <= block_id < self.num_blocks:   # the common case

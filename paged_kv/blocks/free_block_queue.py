@@ -1,8 +1,9 @@
 """``FreeBlockQueue``: the free blocks in eviction order, as a doubly linked list over block ids.
 
 Follows vLLM v1's ``FreeKVCacheBlockQueue`` (``vllm/v1/core/kv_cache_utils.py``; read as a map,
-not copied): the head is the block handed out next, a freed block joins the tail, and a block in
-the middle can leave in O(1).  Pure Python; no tensors.
+not copied): the head is the block handed out next, a freed block joins the tail (or, when it
+caches nothing, the head: :meth:`FreeBlockQueue.appendleft`, vLLM's ``prepend_n``), and a block
+in the middle can leave in O(1).  Pure Python; no tensors.
 
 **Why not a ``deque``.**  With automatic prefix caching a freed block keeps its K/V and stays
 findable by its hash (a *cached-free* block, ref count 0).  When a later request hits it, the
@@ -10,8 +11,8 @@ block must leave the free queue from wherever it sits, typically the middle.  A 
 ``popleft`` and ``append`` in O(1) but ``remove(x)`` is a linear scan, O(NB) per hit; a prompt
 of ``k`` cached blocks would cost O(k * NB) to admit.  Two arrays ``prev``/``next`` indexed by
 block id make a doubly linked list whose links are found in O(1) from the id alone, so every
-operation here (``popleft``, ``append``, ``remove``, membership) is O(1), and no Python object
-is allocated per block.
+operation here (``popleft``, ``append``, ``appendleft``, ``remove``, membership) is O(1), and no
+Python object is allocated per block.
 
 Legend: NB blocks in the pool.
 """
@@ -29,7 +30,8 @@ _NONE = -1   # "no neighbour" in the link arrays
 
 
 class FreeBlockQueue:
-    """A FIFO of free block ids with O(1) removal from anywhere (vLLM v1's free block queue).
+    """A queue of free block ids with O(1) insertion at either end and O(1) removal from anywhere
+    (vLLM v1's free block queue).
 
     Args:
         num_blocks: ids run ``0 .. num_blocks - 1``.
@@ -37,8 +39,8 @@ class FreeBlockQueue:
 
     Raises:
         ConfigError: ``num_blocks`` not an int >= 0.
-        BlockError: an id outside the pool, an id queued twice (``append`` or ``order``),
-            ``remove`` of an id not queued, ``popleft`` of an empty queue.
+        BlockError: an id outside the pool, an id queued twice (``append``, ``appendleft`` or
+            ``order``), ``remove`` of an id not queued, ``popleft`` of an empty queue.
     """
 
     def __init__(self, num_blocks: int, order: Iterable[int] = ()) -> None:
@@ -79,8 +81,24 @@ class FreeBlockQueue:
         self._in[block_id] = True
         self._len += 1
 
+    def appendleft(self, block_id: int) -> None:
+        """Put ``block_id`` at the head (it is handed out next: a freed block with no cached K/V,
+        reused before any cached-free block is evicted)."""
+        self._check(block_id)
+        if self._in[block_id]:
+            raise BlockError(f"block {block_id} is already on the free queue")
+        self._prev[block_id], self._next[block_id] = _NONE, self._head
+        if self._head == _NONE:
+            self._tail = block_id
+        else:
+            self._prev[self._head] = block_id
+        self._head = block_id
+        self._in[block_id] = True
+        self._len += 1
+
     def popleft(self) -> int:
-        """Take the head (the least recently freed block)."""
+        """Take the head: the block handed out next (the least recently freed, after any block put
+        at the head)."""
         if self._head == _NONE:
             raise BlockError("the free queue is empty")
         block_id = self._head

@@ -26,7 +26,7 @@ stays cached with ref count 0 until the pool hands it out again (LRU).  Three ru
    one token always runs through the model);
 2. a block's hash is registered when the block fills, during a prefill or a decode;
 3. a freed block with a hash stays cached (ref count 0, on the free list) until the pool needs
-   it; its entry is removed before it is reused.
+   it, after every free block without one; its entry is removed before it is reused.
 
 Legend: BS block size (tokens per block), NB blocks in the pool.
 """
@@ -201,7 +201,8 @@ class BlockSpaceManager:
         """Register ``seq_id``'s full blocks whose tokens are all computed (rule 2: as soon as a block
         fills, prompt or decode); returns the block ids newly registered.  ``token_ids``: the
         sequence's tokens; ``num_computed``: how many have their K/V written (the last sampled token
-        never has, rule 1).  A block already cached (a hit, or shared) is skipped.
+        never has, rule 1).  A block already cached (a hit, or shared) is skipped.  Each new entry
+        stores the block's own ``BS`` tokens and, as its parent, the entry of the block before it.
 
         Raises:
             BlockError: unknown sequence, or ``num_computed`` past the tokens the table holds.
@@ -218,12 +219,17 @@ class BlockSpaceManager:
         if full <= start:
             return []
         hashes = self.cache.hashes(token_ids[:full * self.block_size], extra_key, hashes)
-        added = []
+        added, bs = [], self.block_size
+        parent = self.cache.entry(table.block_ids[start - 1]) if start else None
+        if start and parent is None:                   # held blocks are never evicted: a broken invariant
+            raise BlockError(f"block {table.block_ids[start - 1]} of sequence {seq_id!r} lost its cache entry")
         for i in range(start, full):
             b = table.block_ids[i]
-            if b not in self.cache:
-                self.cache.register(b, hashes[i], token_ids[:(i + 1) * self.block_size], extra_key)
+            entry = self.cache.entry(b)
+            if entry is None:                          # the parent link: the entry of block i - 1
+                entry = self.cache.register(b, hashes[i], token_ids[i * bs:(i + 1) * bs], extra_key, parent)
                 added.append(b)
+            parent = entry
         self._cached_upto[seq_id] = full
         return added
 
@@ -456,9 +462,12 @@ class BlockSpaceManager:
 
         The allocator's own (:meth:`BlockAllocator.check`), then: each table holds exactly
         ``ceil(num_tokens / BS)`` distinct blocks; each block's ref count equals the number of
-        tables holding it (so no table holds a free block, and no block is leaked); a shared block
-        holds the same number of tokens in every table (shared blocks are never written); every
-        queued copy-on-write copy goes into a block some table holds.
+        tables holding it (so no table holds a free block, and no block is leaked); with prefix
+        caching, the cache's own (:meth:`PrefixCache.check`), and a cached block a table holds is
+        full, sits at its entry's depth, and its parent link names the entry of the table's
+        previous block (held blocks are never evicted, so a table's cached blocks are one chain);
+        a shared block holds the same number of tokens in every table (shared blocks are never
+        written); every queued copy-on-write copy goes into a block some table holds.
         """
         self.allocator.check()
         holders: Counter[int] = Counter()
@@ -478,13 +487,18 @@ class BlockSpaceManager:
         if self.cache is not None:
             self.cache.check()
             for seq_id, table in self._tables.items():
+                before = None                          # the entry of the previous logical block
                 for logical, block_id in enumerate(table.block_ids):
                     e = self.cache.entry(block_id)
-                    if e is not None and len(e.prefix) != (logical + 1) * self.block_size:
-                        raise BlockError(f"cached block {block_id} ends a {len(e.prefix)}-token prefix but is "
+                    if e is not None and e.depth != logical:
+                        raise BlockError(f"cached block {block_id} is block {e.depth} of its prefix but "
                                          f"logical block {logical} of sequence {seq_id!r}")
                     if e is not None and table.filled(logical) != self.block_size:
                         raise BlockError(f"cached block {block_id} is not full in sequence {seq_id!r}")
+                    if e is not None and logical and (before is None or e.parent != before.prefix_id):
+                        raise BlockError(f"cached block {block_id} of sequence {seq_id!r} does not follow "
+                                         f"its previous block {table.block_ids[logical - 1]} in the cache")
+                    before = e
         uneven = {b: sorted(f) for b, f in fill.items() if len(f) > 1}
         if uneven:
             raise BlockError(f"shared blocks hold different token counts in different tables: {uneven}")

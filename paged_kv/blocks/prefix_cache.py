@@ -23,11 +23,25 @@ bits wide.  vLLM v1 used ``hash()`` by default until v0.10.2 and SHA-256 since (
 ``xxhash``/``xxhash_cbor``), after a predictable ``hash(None)`` made crafted collisions feasible
 (advisory GHSA-rm76-4mrf-v9r8).  vLLM seeds the chain with a value, ``NONE_HASH``; we use ``None``.
 
-**The token check.**  A hash is an index, not a proof: two different prefixes can, in
-principle, hash alike.  Each entry therefore stores the token ids of its whole prefix and the
-extra key, and a hit is accepted only when they equal the request's; a collision costs a miss,
-never a wrong block (tested with a constant hash function).  Only full blocks are cached: a
-partial last block still changes.
+**The token check, in O(BS) per block.**  A hash is an index, not a proof: two different prefixes
+can, in principle, hash alike.  So a hit is accepted only when the cache can show, from stored
+tokens, that the block's whole prefix equals the request's; a collision costs a miss, never a
+wrong block (tested with a constant hash function).  Storing each block's whole prefix would prove
+it directly but costs O(P^2 / BS) token ids for a P-token prompt (132,096 for 2,048 tokens in
+blocks of 16).  Each :class:`CacheEntry` instead stores its block's own ``BS`` token ids, the
+extra key, and a link to its parent: the *prefix id* of the prefix before it.  A prefix id names
+one prefix (tokens ``0 .. (i+1)*BS - 1`` and the extra key).  Entries whose prefixes are equal
+share it (two requests that computed the same system prompt at once), so a lookup that took one
+copy of a block still accepts the children of the other; a per-entry id would miss them.  It comes
+from a counter, so it is never reused for another prefix.  :meth:`PrefixCache.lookup` then proves a run by induction:
+block ``i``'s entry is accepted when its tokens and extra key equal the request's block ``i`` and
+its parent is the prefix id accepted for block ``i - 1`` (none for block 0).  A parent named by
+its *block id* would not do: a parent block can be evicted and its id reused for other tokens,
+after which a stale child would pass the check.  Once every entry holding a prefix id is evicted,
+its children can no longer be hit: a recomputed parent gets a new id, so they cost a miss where
+vLLM, which trusts the hash, would reuse them.  (It is rare: a request frees its tail blocks
+first, so children usually leave before their parent; a swap-out frees the parent first.)  Only
+full blocks are cached: a partial last block still changes.
 
 Legend: BS block size (tokens per block).
 """
@@ -103,14 +117,39 @@ def block_hashes(token_ids: Sequence[int], block_size: int, extra_key=None,
     return hashes
 
 
+def _frozen_key(extra_key) -> Hashable:
+    """The extra key in its canonical form (:func:`canonical_key`), lists made tuples, so that it can
+    be stored and compared: ``("lora", 1)`` and ``["lora", 1]`` are one key, ``1`` and ``"1"`` two."""
+    key = canonical_key(extra_key)
+
+    def freeze(k):
+        return tuple(freeze(x) for x in k) if isinstance(k, list) else k
+    return freeze(key)
+
+
 @dataclass(frozen=True)
 class CacheEntry:
-    """What the cache knows about one block: its hash, the token ids of its whole prefix (tokens
-    ``0 .. len(prefix) - 1``, ending with the block's own) and the extra key."""
+    """What the cache knows about one full block, O(BS) whatever the length of its prefix.
 
-    block_hash: bytes
-    prefix: tuple
+    Attributes:
+        block_id: the physical block holding the K/V.
+        block_hash: its chained hash (the index it is filed under).
+        token_ids: the block's own ``BS`` token ids.
+        extra_key: the request's extra key, canonical (see :func:`canonical_key`; lists as tuples).
+        parent: the prefix id of the prefix before this block; ``None`` for block 0.
+        prefix_id: the id of the prefix this block ends (tokens ``0 .. (depth+1)*BS - 1`` and the
+            extra key): equal for two entries exactly when their prefixes are, never reused.
+        depth: the block's logical index ``i`` in every sequence that holds it (tokens
+            ``i*BS .. (i+1)*BS - 1``).
+    """
+
+    block_id: int
+    block_hash: Hashable
+    token_ids: tuple
     extra_key: Hashable
+    parent: int | None
+    prefix_id: int
+    depth: int
 
 
 class PrefixCache:
@@ -122,11 +161,13 @@ class PrefixCache:
             (tests inject a constant one to force collisions).
 
     Several blocks may carry the same hash (two requests computed the same prefix at once, or a
-    collision); :meth:`lookup` takes the first whose stored tokens match.
+    collision); :meth:`lookup` takes the first whose tokens, extra key and parent match.  Memory:
+    ``BS`` token ids and a few words per cached block (a P-token prompt stores P token ids).
 
     Raises:
         ConfigError: ``block_size`` not an int >= 1; an unknown hash algorithm.
-        BlockError: registering a block twice, or a prefix that is not whole blocks.
+        BlockError: registering a block twice, a block that is not ``BS`` tokens, or a parent entry
+            that is no longer cached.
     """
 
     def __init__(self, block_size: int, hash_fn: str | HashFn = "sha256") -> None:
@@ -141,6 +182,7 @@ class PrefixCache:
         self.block_size, self.hash_fn = block_size, hash_fn
         self._by_hash: dict[object, dict[int, None]] = {}
         self._entry: dict[int, CacheEntry] = {}
+        self._next_prefix_id = 0           # a counter: a prefix id is never handed out twice
         self.evictions: list[int] = []     # block ids whose entry was evicted, oldest first
 
     # --- queries ------------------------------------------------------------------------------
@@ -166,36 +208,64 @@ class PrefixCache:
                max_blocks: int | None = None) -> list[int]:
         """Block ids holding the longest cached run of ``token_ids``' full blocks, from block 0.
 
-        A block is a hit only if its hash is present *and* its entry's prefix tokens and extra key
-        equal the request's (the token check); the first miss ends the run.  ``max_blocks`` caps
-        the run (the scheduler keeps the last prompt token out of it).  Changes nothing.
+        Block ``i`` is a hit only if an entry filed under its hash holds the request's block ``i``
+        tokens and extra key *and* names as parent the prefix id accepted for block ``i - 1``
+        (none for block 0): by induction its whole prefix is the request's (the token check,
+        O(BS) per block).  The first miss ends the run.  ``max_blocks`` caps the run (the
+        scheduler keeps the last prompt token out of it).  Changes nothing.
         """
         hashes = self.hashes(token_ids, extra_key) if hashes is None else hashes
         limit = len(hashes) if max_blocks is None else min(max_blocks, len(hashes))
-        key, hits = canonical_key(extra_key), []
+        key, bs = _frozen_key(extra_key), self.block_size
+        hits, parent = [], None
         for i in range(limit):
-            prefix = None
+            tokens = None
             for block_id in self._by_hash.get(hashes[i], ()):
                 e = self._entry[block_id]
-                if prefix is None:
-                    prefix = tuple(token_ids[:(i + 1) * self.block_size])
-                if e.prefix == prefix and canonical_key(e.extra_key) == key:
+                if e.parent != parent:
+                    continue
+                if tokens is None:
+                    tokens = tuple(token_ids[i * bs:(i + 1) * bs])
+                if e.token_ids == tokens and e.extra_key == key:
                     hits.append(block_id)
+                    parent = e.prefix_id
                     break
             else:
                 break
         return hits
 
     # --- changes ------------------------------------------------------------------------------
-    def register(self, block_id: int, block_hash, prefix: Sequence[int], extra_key=None) -> None:
-        """Record that full block ``block_id`` holds the K/V of ``prefix`` (its last ``BS`` tokens)."""
+    def register(self, block_id: int, block_hash, token_ids: Sequence[int], extra_key=None,
+                 parent: CacheEntry | None = None) -> CacheEntry:
+        """Record that full block ``block_id`` holds the K/V of ``token_ids`` (its own ``BS`` tokens)
+        after the prefix that ``parent`` ends (the entry of the sequence's previous block; ``None``
+        for block 0); returns the new entry.  Its prefix id is that of a cached entry with the same
+        hash, tokens, extra key and parent (the same prefix, computed twice), else a new one.
+
+        Raises:
+            BlockError: ``block_id`` already cached; not ``BS`` token ids; ``parent`` not an entry
+                cached now (an evicted entry's prefix can no longer be vouched for).
+            PromptError: a token id that is not an int >= 0.
+        """
         if block_id in self._entry:
             raise BlockError(f"block {block_id} is already cached")
-        if not prefix or len(prefix) % self.block_size:
-            raise BlockError(f"a cached block ends a prefix of whole blocks of {self.block_size} tokens; "
-                             f"got {len(prefix)} tokens")
-        self._entry[block_id] = CacheEntry(block_hash, tuple(prefix), extra_key)
+        tokens = tuple(_token_ids(token_ids))
+        if len(tokens) != self.block_size:
+            raise BlockError(f"a cached block holds its own {self.block_size} tokens; got {len(tokens)}")
+        if parent is not None and self._entry.get(parent.block_id) is not parent:
+            raise BlockError(f"the parent entry of block {block_id} (block {parent.block_id}) is not cached")
+        key = _frozen_key(extra_key)
+        parent_id = None if parent is None else parent.prefix_id
+        prefix_id = next((self._entry[b].prefix_id for b in self._by_hash.get(block_hash, ())
+                          if (self._entry[b].parent, self._entry[b].token_ids, self._entry[b].extra_key)
+                          == (parent_id, tokens, key)), None)
+        if prefix_id is None:
+            prefix_id, self._next_prefix_id = self._next_prefix_id, self._next_prefix_id + 1
+        entry = CacheEntry(block_id, block_hash, tokens, key, parent_id, prefix_id,
+                           0 if parent is None else parent.depth + 1)
+        self._entry[block_id] = entry
         self._by_hash.setdefault(block_hash, {})[block_id] = None
+        return entry
 
     def evict(self, block_id: int) -> bool:
         """Remove ``block_id``'s entry (before the block is reused); returns whether it had one."""
@@ -210,8 +280,13 @@ class PrefixCache:
         return True
 
     def check(self) -> None:
-        """The two indexes agree: every entry is filed under its hash and nothing else is filed.
-        Raises ``BlockError`` naming the first breach."""
+        """Verify the cache's own invariants; raise ``BlockError`` naming the first breach.
+
+        In the order checked: the two indexes agree (every entry is filed under its own hash and
+        nothing else is filed); each entry names its own block and holds ``BS`` tokens; block 0
+        (depth 0) and only it has no parent; entries sharing a prefix id agree on depth, parent,
+        tokens and extra key (so a prefix id names one prefix); no prefix id is ahead of the counter.
+        """
         filed = {b for group in self._by_hash.values() for b in group}
         if filed != set(self._entry):
             raise BlockError(f"hash index {sorted(filed)} differs from cached blocks {sorted(self._entry)}")
@@ -219,3 +294,15 @@ class PrefixCache:
             for b in group:
                 if self._entry[b].block_hash != h:
                     raise BlockError(f"block {b} is filed under a hash that is not its own")
+        named: dict[int, tuple] = {}
+        for b, e in self._entry.items():
+            if e.block_id != b or len(e.token_ids) != self.block_size:
+                raise BlockError(f"the entry of block {b} names block {e.block_id} and holds "
+                                 f"{len(e.token_ids)} tokens (BS = {self.block_size})")
+            if (e.parent is None) != (e.depth == 0):
+                raise BlockError(f"block {b} at depth {e.depth} has parent {e.parent}: only block 0 has none")
+            if not 0 <= e.prefix_id < self._next_prefix_id:
+                raise BlockError(f"block {b} has prefix id {e.prefix_id}, never handed out")
+            seen = named.setdefault(e.prefix_id, (e.depth, e.parent, e.token_ids, e.extra_key))
+            if seen != (e.depth, e.parent, e.token_ids, e.extra_key):
+                raise BlockError(f"prefix id {e.prefix_id} names two different prefixes (block {b} and another)")
