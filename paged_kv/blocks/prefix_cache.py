@@ -18,10 +18,10 @@ max_tokens): requests that differ only there share blocks.
 **The hash.**  ``H`` is SHA-256 (:func:`sha256_block_hash`) over a canonical encoding (JSON of
 ``[parent hex, token ids, extra key]``): stable across processes and Python versions, unlike the
 built-in ``hash()``, which is salted per process for str and bytes (``PYTHONHASHSEED``) and only 64
-bits wide.  vLLM v1 used ``hash()`` by default until v0.10.2 and SHA-256 since (its
-``prefix_caching_hash_algo``: ``sha256``, ``sha256_cbor``, and the faster, non-cryptographic
-``xxhash``/``xxhash_cbor``), after a predictable ``hash(None)`` made crafted collisions feasible
-(advisory GHSA-rm76-4mrf-v9r8).  vLLM seeds the chain with a value, ``NONE_HASH``; we use ``None``.
+bits wide; a predictable built-in hash lets crafted prompts collide on purpose (vLLM advisory
+GHSA-rm76-4mrf-v9r8).  vLLM v1 defaults to SHA-256 too (``prefix_caching_hash_algo``: ``sha256``,
+``sha256_cbor``, or the faster, non-cryptographic ``xxhash``/``xxhash_cbor``), and seeds the chain
+with a value, ``NONE_HASH``; we use ``None``.
 
 **The token check, in O(BS) per block.**  A hash is an index, not a proof: two different prefixes
 can, in principle, hash alike.  So a hit is accepted only when the cache can show, from stored
