@@ -108,8 +108,8 @@ def read_rows(manager: BlockSpaceManager, seq_ids: Sequence[Hashable], new_token
     last tokens, ``num_tokens - len``).
 
     Raises:
-        PromptError: rows that do not match the arguments or the manager's sequences (the message
-            says which).
+        PromptError: no sequences, lists of different lengths, or a row that is empty or runs
+            past what its sequence holds.
         BlockError: (from the manager) an unknown sequence id.
     """
     seq_ids = list(seq_ids)
