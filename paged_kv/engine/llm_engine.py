@@ -132,13 +132,13 @@ class LLMEngine:
         ``cache_salt``, e.g. one per tenant).  Both form the request's extra cache key.
 
         Raises:
-            ConfigError: ``params`` not a SamplingParams; ``arrival`` not a finite number <= the
-                clock; ``request_id`` not hashable; an adapter not loaded; a salt not a non-empty str.
-            AdmissionError: it could never run on this engine's pool (the reason is in the message:
-                e.g. prompt + max_tokens - 1 stored tokens need more blocks than the pool has); or
-                its id is in use.  Nothing is queued and nothing is preempted.
-            PromptError: an empty prompt, text without a tokenizer, a token id outside the vocabulary,
-                or a prompt + max_tokens longer than the model's ``max_seq_len``.
+            ConfigError: a bad argument (the message names it), an ``arrival`` later than the
+                clock, or an adapter not loaded.
+            AdmissionError: it could never run on this engine's pool (the message says why, e.g.
+                its ``P + max_tokens - 1`` stored tokens need more blocks than the pool has), or its
+                id is in use.  Nothing is queued and nothing is preempted.
+            PromptError: a bad prompt (the message says why), or prompt + ``max_tokens`` longer
+                than the model's ``max_seq_len``.
         """
         params = _check_params(params)
         ids = self._encode(prompt)
