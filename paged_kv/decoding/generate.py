@@ -2,8 +2,7 @@
 
 Cache modes (each chapter adds one; the decoders live in :mod:`paged_kv.decoding.decoders`):
 
-* ``"recompute"`` (chapter 1): every step runs the model over the *whole* prefix again.  Step t
-  costs O(t) FLOPs per layer for the projections and O(t^2) for attention.
+* ``"recompute"`` (chapter 1): every step runs the model over the *whole* prefix again.
 * ``"contiguous"`` (chapter 2): a :class:`~paged_kv.storage.ContiguousKVCache`; one prefill over
   the prompts, then each step feeds only the newest token and reads the cached K/V.
 * ``"paged"`` (chapter 5): the same through block tables.
