@@ -312,9 +312,7 @@ def synthetic_trace(num_requests: int, rate_per_s: float, lengths: str | LengthM
         seed: the same seed gives the same trace (one ``numpy.random.Generator`` for everything).
 
     Raises:
-        ConfigError: unknown ``lengths`` name, ``num_requests`` not an int >= 1 (numpy ints are
-            fine; bools and floats are not), a rate that is not a finite number > 0, or a seed
-            that is not an int >= 0.
+        ConfigError: an unknown ``lengths`` name, or a bad count, rate or seed (the message names it).
     """
     lengths = length_model(lengths)
     num_requests = count("num_requests", num_requests)
