@@ -48,7 +48,8 @@ class Trace:
         name: a label for tables and figures.
 
     Raises:
-        ConfigError: on arrays of different lengths, lengths < 1, negative or unsorted arrivals.
+        ConfigError: arrays of different lengths, or a value outside its range above (lengths are
+            whole numbers; arrivals finite, >= 0 and sorted).
     """
 
     arrival_s: np.ndarray
@@ -114,8 +115,7 @@ def trace_from_rows(rows, name: str = "hand-made") -> Trace:
     """A :class:`Trace` from ``(arrival_s, prompt_len, output_len)`` rows, sorted stably by arrival.
 
     Raises:
-        ConfigError: a row that is not three numbers, or values :class:`Trace` rejects (an
-            infinite or fractional length, a negative or non-finite arrival).
+        ConfigError: a row that is not three numbers, or values :class:`Trace` rejects.
     """
     try:
         rows = [tuple(r) for r in rows]
