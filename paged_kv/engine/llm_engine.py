@@ -2,22 +2,17 @@
 
 :class:`LLMEngine` follows the shape of vLLM's ``LLMEngine`` (``add_request``, ``step``,
 ``generate``), read as a map, not copied.  One :meth:`LLMEngine.step` is three calls, each handed
-the value the one before returned:
+the value the one before returned (the runner never reads the scheduler):
+:meth:`~paged_kv.scheduling.Scheduler.schedule` (continuous batching and preemption, vLLM paper
+§4.5) returns a :class:`~paged_kv.scheduling.SchedulerOutput`; a runner's ``execute``
+(:mod:`paged_kv.engine.runner`) turns it into a :class:`~paged_kv.engine.runner.ModelRunnerOutput`;
+:meth:`~paged_kv.scheduling.Scheduler.update` records its tokens and frees finished sequences'
+blocks.
 
-1. **schedule** (:meth:`~paged_kv.scheduling.Scheduler.schedule`) -> a
-   :class:`~paged_kv.scheduling.SchedulerOutput`: the step as data (continuous batching and
-   preemption, vLLM paper §4.5);
-2. **run** (a runner's ``execute``, :mod:`paged_kv.engine.runner`) -> a
-   :class:`~paged_kv.engine.runner.ModelRunnerOutput`: swaps, copy-on-write copies, the forward
-   pass, sampling, from the output alone;
-3. **update** (:meth:`~paged_kv.scheduling.Scheduler.update`): record the tokens, free finished
-   sequences' blocks; the engine then stamps its outputs' times.
-
-It measures what engines report (:class:`~paged_kv.engine.metrics.EngineStats`): TTFT, TPOT,
-throughput, KV-cache usage, preemptions, swapped blocks, prefix-cache hits.  Time is the wall clock
-with the tiny model, the modelled clock with a timing model.  What changes K/V besides the tokens is
-a request's *extra key*, part of every block hash: its adapter (:meth:`LLMEngine.load_adapter`)
-and its ``cache_salt``.
+It measures what engines report (:class:`~paged_kv.engine.metrics.EngineStats`); time is the wall
+clock with the tiny model, the modelled clock with a timing model.  What changes K/V besides the
+tokens is a request's *extra key*, part of every block hash: its adapter
+(:meth:`LLMEngine.load_adapter`) and its ``cache_salt``.
 """
 
 from __future__ import annotations
