@@ -9,8 +9,9 @@ the value the one before returned (the runner never reads the scheduler):
 :meth:`~paged_kv.scheduling.Scheduler.update` records its tokens and frees finished sequences'
 blocks.
 
-It measures what engines report (:class:`~paged_kv.engine.metrics.EngineStats`); time is the wall
-clock with the tiny model, the modelled clock with a timing model.  What changes K/V besides the
+It measures what engines report: :class:`~paged_kv.engine.metrics.EngineStats` over the run, TTFT
+and TPOT per request (:class:`~paged_kv.engine.outputs.RequestOutput`); time is the wall clock
+with the tiny model, the modelled clock with a timing model.  What changes K/V besides the
 tokens is a request's *extra key*, part of every block hash: its adapter
 (:meth:`LLMEngine.load_adapter`) and its ``cache_salt``.
 """
