@@ -114,9 +114,9 @@ def copy_blocks(k_caches, v_caches, block_mapping, block_e: int = 1024):
         block_e: elements each program moves per iteration (a power of two; capped at the block).
 
     Raises:
-        TensorError: wrong rank, shapes, dtype or device; a non-contiguous cache.
-        CacheError: a block id outside ``0 .. NB - 1``, a destination twice, a destination that
-            is also a source.
+        TensorError: a bad rank, shape, dtype or device, or a non-contiguous cache.
+        CacheError: a block id outside the pool, or a mapping whose result would depend on the
+            order of the copies (a destination twice, or also a source).
         DTypeNotSupportedError, KernelUnavailableError: see :mod:`kernels.runtime`.
     """
     _check_copy_args(k_caches, v_caches, block_mapping)

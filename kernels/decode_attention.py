@@ -187,7 +187,7 @@ def decode_attention(q, k_cache, v_cache, seq_lens, scale=None, num_splits=None,
         ``[B, H, D]`` in ``q.dtype``.
 
     Raises:
-        ConfigError: ``num_splits`` or ``block_n`` not an int in range (``num_splits=0`` too).
+        ConfigError: a ``num_splits`` or ``block_n`` out of range.
         TensorError, DTypeNotSupportedError, KernelUnavailableError (see ``prefill_attention``).
     """
     if num_splits is not None:

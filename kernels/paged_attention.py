@@ -2,26 +2,22 @@
 
 What you will learn here:
 
-* **PagedAttention** (Kwon et al., SOSP 2023, vLLM paper §4.1): a sequence's cached tokens live
-  in fixed-size blocks anywhere in one pool; the kernel finds token ``t`` of sequence ``b`` at
-  ``cache[block_tables[b, t // BS], t % BS]``.  Everything else is the contiguous decode kernel
-  of :mod:`kernels.decode_attention`: GQA grouping (one program per (sequence, KV head) reads
-  each K/V byte once for its ``GROUP`` query heads), flash-decoding splits over the sequence,
-  and the same exact log-sum-exp combine (its kernel is imported, not copied);
-* **tiles that span blocks**: an inner step covers ``BLOCK_N`` consecutive token positions,
-  whatever the block size, and looks up each token's physical block in the block table (a
-  gather of ``BLOCK_N`` int32 entries, cached on chip).  We chose this over "one physical block
-  per inner step" because ``tl.dot`` needs at least 16 keys per step, so block size 8 would
-  not work at all, and block size 128 would force 128-key tiles; with spanning tiles the tile
-  shape is tuned once and every block size (8, 16, 32, ..., even non-powers of two) runs the
-  same code.  vLLM's Triton ``unified_attention`` kernel does the same;
-* **garbage never leaks**: the slots after a sequence's last token (the rest of its last block,
-  and every block it does not own) may hold anything, even NaN.  They are never loaded: every
-  K and V load is masked to the sequence's valid positions with ``other=0``, scores of masked
-  positions are set to ``-inf`` with ``tl.where`` before the softmax, so their probabilities
-  are exactly ``exp(-inf) = 0`` and they multiply zeros, not NaN (``0 * NaN`` is NaN);
-* **int64 offsets**: a block id from the table is int32; ``block_id * stride`` is computed in
-  int64 (:func:`kernels.cache_ops.cache_offset`), so caches past 2^31 elements work.
+* **PagedAttention** (Kwon et al., SOSP 2023, vLLM paper §4.1): token ``t`` of sequence ``b`` is
+  at ``cache[block_tables[b, t // BS], t % BS]``, wherever the block sits in the pool.  The rest
+  is the contiguous decode kernel of :mod:`kernels.decode_attention`: one program per (sequence,
+  KV head) reads each K/V byte once for its ``GROUP`` query heads, flash-decoding splits over the
+  sequence, and the same exact log-sum-exp combine (its kernel is imported, not copied);
+* **tiles that span blocks**: an inner step covers ``BLOCK_N`` consecutive positions whatever the
+  block size and gathers each one's physical block from the table (int32, cached on chip).  Not
+  one block per step, because ``tl.dot`` needs at least 16 keys (blocks of 8 would not run) and
+  blocks of 128 would force 128-key tiles; spanning tiles run every block size, even non-powers
+  of two, with one tuned tile shape.  vLLM's Triton ``unified_attention`` kernel does the same;
+* **garbage never leaks**: slots past a sequence's last token may hold anything, even NaN.  Every
+  K and V load is masked to the valid positions with ``other=0`` and masked scores are ``-inf``
+  before the softmax, so their weights are exactly 0 and multiply zeros, not NaN (``0 * NaN`` is
+  NaN);
+* **int64 offsets**: ``block_id * stride`` is computed in int64
+  (:func:`kernels.cache_ops.cache_offset`), so caches past 2^31 elements work.
 
 Layouts: ``q [B, H, D]``; one layer's ``k_cache, v_cache [NB, BS, Hkv, D]`` (vLLM's flash
 backend, :class:`paged_kv.storage.PagedKVCache`); ``block_tables [B, max_blocks]`` int32
@@ -214,9 +210,8 @@ def paged_decode_attention(q, k_cache, v_cache, block_tables, seq_lens, scale=No
         ``[B, H, D]`` in ``q.dtype`` (empty when ``B == 0``).
 
     Raises:
-        ConfigError: ``num_splits`` or ``block_n`` not an int in range (``num_splits=0`` too).
-        TensorError: bad ranks, shapes, dtypes or devices; ``seq_lens`` beyond the table; a
-            table with no columns; ``D == 0``.
+        ConfigError: a ``num_splits`` or ``block_n`` out of range.
+        TensorError: a bad rank, shape, dtype or device, or a table that does not cover ``seq_lens``.
         CacheError: a used block id outside the pool.
         DTypeNotSupportedError, KernelUnavailableError: see :mod:`kernels.runtime`.
     """

@@ -3,17 +3,13 @@ through its block table, and causally within itself.
 
 What you will learn here:
 
-* **chunked prefill** (vLLM, Sarathi-Serve: Agrawal et al., OSDI 2024): a long prompt need not
-  run in one step.  The scheduler gives it a chunk of its tokens per step; the chunk's K/V are
-  written to their slots first (:func:`kernels.cache_ops.store_kv`), then its queries attend to
-  *everything* the sequence holds so far.  Query ``i`` of row ``b`` sits at position
-  ``p = context_lens[b] + i`` and sees keys ``0 .. p``: the earlier chunks through the block table,
-  and the chunk itself causally.  A decode step is the chunk of one token, so one kernel serves a
-  batch that mixes prefill chunks and decode steps (vLLM v1's unified attention does the same);
-* **tiles that span blocks**, as in :mod:`kernels.paged_attention`: a key tile covers
-  ``BLOCK_N`` consecutive positions whatever the block size, each position's physical block
-  looked up in the table (int32), its offset computed in int64
-  (:func:`kernels.cache_ops.cache_offset`);
+* **chunked prefill** (vLLM, Sarathi-Serve: Agrawal et al., OSDI 2024): the chunk's K/V are
+  written to their slots first (:func:`kernels.cache_ops.store_kv`), then query ``i`` of row
+  ``b``, at position ``p = context_lens[b] + i``, sees keys ``0 .. p``: the earlier chunks through
+  the block table, the chunk itself causally.  A decode step is a chunk of one token, so one kernel
+  can serve a batch that mixes prefill chunks and decode steps (vLLM v1's unified attention does);
+* **tiles that span blocks**, int32 table gathers and int64 offsets, as in
+  :mod:`kernels.paged_attention`;
 * **causality in absolute positions**: the mask is ``key <= context + i``, not ``key <= i``, and
   keys past the tile's last query are never loaded, so a chunk of 5 queries after 1,000 cached
   tokens loads 1,005 keys, not 1,000 x 5;

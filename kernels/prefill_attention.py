@@ -10,8 +10,9 @@ What you will learn here:
   ``seq_lens[b]`` keys.
 
 Layouts (token-major, as in the rest of the package): ``q [B, T, H, D]``,
-``k, v [B, T, Hkv, D]``, ``seq_lens [B]`` int32, output ``[B, T, H, D]``.  Rows past
-``seq_lens[b]`` are padding and their output is unspecified.
+``k, v [B, T, Hkv, D]``, ``seq_lens [B]`` int32, output ``[B, T, H, D]``.  Rows at or past
+``seq_lens[b]`` are padding; their output is zero (the wrapper starts from zeros and the kernel
+never stores there).
 
 Structure follows the Triton tutorial ``06-fused-attention.py`` (which credits FlashAttention);
 this kernel is our own, simpler forward-only version with GQA and padding masks.
@@ -153,8 +154,7 @@ def prefill_attention(q, k, v, seq_lens=None, scale=None, block_m: int = 16, blo
 
     Raises:
         ConfigError: ``block_m``/``block_n`` not a power-of-two int >= 16.
-        TensorError: wrong rank, dtype mismatch, device mismatch, bad head counts or lengths,
-            ``D == 0``.
+        TensorError: a bad rank, dtype, device, head count or length (``D == 0`` too).
         DTypeNotSupportedError: bf16 under the interpreter or on a GPU below sm_80.
         KernelUnavailableError: Triton cannot run here (no Triton, or no GPU and no interpreter).
     """

@@ -21,24 +21,24 @@ class SamplingParams:
 
     Attributes:
         temperature: ``0`` means greedy (argmax); otherwise logits are divided by it (> 0).
-        top_k: keep only the k most likely tokens (``None``: all).
+        top_k: keep only the k most likely tokens, >= 1 (``None``: all).
         top_p: keep the smallest set of tokens whose probability reaches ``top_p``
             (Holtzman et al. 2020), in ``(0, 1]``.
-        seed: the request's seed; sample ``i`` draws from :func:`sample_generator` ``(seed, i)``.
-            Required when ``temperature > 0`` (no run is silently unseeded); ignored when greedy.
-        n: samples per request (parallel sampling, vLLM paper §4.4): with the paged cache they
-            share the prompt's blocks.  Greedy ``n > 1`` would give ``n`` identical copies, so it is
-            refused.
-        max_tokens: tokens to generate per sample (the serving engine's stopping rule; the
+        seed: the request's seed, an int >= 0; sample ``i`` draws from :func:`sample_generator`
+            ``(seed, i)``.  Required when ``temperature > 0`` (no run is silently unseeded);
+            ignored when greedy.
+        n: samples per request, >= 1 (parallel sampling, vLLM paper §4.4): with the paged cache
+            they share the prompt's blocks.  Greedy ``n > 1`` would give ``n`` identical copies, so
+            it is refused.
+        max_tokens: tokens to generate per sample, >= 1 (the serving engine's stopping rule; the
             byte-level model has no end-of-sequence token).  :func:`paged_kv.decoding.generate`
             takes its own ``max_new_tokens`` instead.
         frequency_penalty: subtracted from a token's logit once per time the sample has already
             generated it (OpenAI's and vLLM's definition; prompt tokens do not count), >= 0.
 
     Raises:
-        ConfigError: a negative or non-numeric temperature, ``top_k < 1``, ``top_p`` outside
-            ``(0, 1]``, a seed that is not an int >= 0, ``n < 1``, ``max_tokens < 1``, a negative
-            frequency penalty, sampling without a seed, or greedy with ``n > 1``.
+        ConfigError: a field outside the range given above (the message names it), sampling
+            without a seed, or greedy with ``n > 1``.
     """
 
     temperature: float = 0.0

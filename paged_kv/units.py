@@ -30,8 +30,7 @@ def format_bytes(n: int | float, unit: str = "both") -> str:
     ``n`` (a difference of two sizes) keeps its sign, unless it rounds to zero in that unit.
 
     Raises:
-        ConfigError: ``n`` is not a finite number of bytes (a string, a bool, None, NaN,
-            infinity), or an unknown ``unit``.
+        ConfigError: ``n`` is not a finite real number (bools refused), or an unknown ``unit``.
     """
     if isinstance(n, bool) or not isinstance(n, numbers.Real) or not math.isfinite(n):
         raise ConfigError(f"format_bytes needs a finite number of bytes, got {n!r}")

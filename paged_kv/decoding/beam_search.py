@@ -1,13 +1,11 @@
 """Beam search on shared blocks (vLLM paper §4.4, Figure 9): beams fork from their parents and
 share every block they have in common; pruned beams free theirs.
 
-Each step, every live beam proposes every next token; the ``beam_width`` candidates with the
-highest cumulative log-probability survive.  A surviving candidate of beam ``b`` *is* beam ``b``
-grown by one token if it is ``b``'s first surviving candidate, and a fork of ``b`` otherwise
-(:meth:`~paged_kv.blocks.BlockSpaceManager.fork`: no copy, ref counts up).  Beams with no surviving
-candidate are freed: blocks only they held go back to the pool, shared ones lose a holder.  Then
-each survivor writes its new token; a write into a shared, partly filled last block copies it
-first (copy-on-write).  So the beams' common history is stored once, however many beams hold it.
+The ``beam_width`` best candidates of a step survive.  Beam ``b``'s first surviving candidate
+*is* ``b`` grown by one token, any other a fork of ``b``
+(:meth:`~paged_kv.blocks.BlockSpaceManager.fork`: no copy, ref counts up); a beam with none is
+freed (shared blocks lose a holder).  A write into a shared, partly filled last block copies it
+first (copy-on-write), so the beams' common history is stored once, however many beams hold it.
 
 Ranking and stopping (stated, since engines differ): candidates are ranked by the cumulative
 log-probability of the generated tokens; ties go to the lower beam index, then the lower token id

@@ -4,18 +4,15 @@ Each has ``prefill(prompts) -> [B, V]`` logits and ``decode(new_tokens) -> [B, V
 the batch holds ``n`` sequences per prompt (parallel sampling; ``n = 1`` by default), sequence
 ``b = r * n + j`` being sample ``j`` of prompt ``r``:
 
-* :class:`RecomputeDecoder` (chapter 1): no cache; every step runs the model over the whole prefix
-  again, so step t costs O(t) FLOPs per layer for the projections and O(t^2) for attention.
+* :class:`RecomputeDecoder` (chapter 1): no cache; every step runs the model over the whole prefix.
 * :class:`ContiguousDecoder` (chapter 2): a :class:`~paged_kv.storage.ContiguousKVCache`; one
   prefill over the prompts, then each step feeds only the newest token and reads the cached K/V.
-* :class:`PagedDecoder` (chapters 5 and 6): the same through blocks handed out on demand.  The two
-  halves of vLLM meet here (vLLM paper §4.3): the :class:`~paged_kv.blocks.BlockSpaceManager`
-  (bookkeeping) gives every prompt its blocks and every decode token a slot, and
-  :func:`~paged_kv.storage.run_from_manager` turns
-  its answers into the slot mapping and block tables the :class:`~paged_kv.storage.PagedKVCache`
-  reads.  With ``n > 1`` a prompt is prefilled once and its samples *fork* from it, sharing its
-  blocks; a sample's first write into the shared, partly filled last block copies it
-  (copy-on-write, §4.4).  The other decoders simply run the prompt ``n`` times.
+* :class:`PagedDecoder` (chapters 5 and 6): the same through blocks handed out on demand, where the
+  two halves of vLLM meet (vLLM paper §4.3): the :class:`~paged_kv.blocks.BlockSpaceManager` gives
+  out blocks and slots, :func:`~paged_kv.storage.run_from_manager` turns them into the slot mapping
+  and block tables the :class:`~paged_kv.storage.PagedKVCache` reads.  With ``n > 1`` a prompt is
+  prefilled once and its samples *fork* from it, sharing its blocks until they write
+  (copy-on-write, §4.4); the other decoders run the prompt ``n`` times.
 
 All three must give the same tokens (``tests/decoding/test_generate.py``,
 ``tests/decoding/test_parallel_sampling.py``).  A cache holds ``prompt + max_new_tokens - 1`` tokens per

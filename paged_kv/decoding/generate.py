@@ -2,8 +2,7 @@
 
 Cache modes (each chapter adds one; the decoders live in :mod:`paged_kv.decoding.decoders`):
 
-* ``"recompute"`` (chapter 1): every step runs the model over the *whole* prefix again.  Step t
-  costs O(t) FLOPs per layer for the projections and O(t^2) for attention.
+* ``"recompute"`` (chapter 1): every step runs the model over the *whole* prefix again.
 * ``"contiguous"`` (chapter 2): a :class:`~paged_kv.storage.ContiguousKVCache`; one prefill over
   the prompts, then each step feeds only the newest token and reads the cached K/V.
 * ``"paged"`` (chapter 5): the same through block tables.
@@ -76,9 +75,9 @@ def check_prompts(model: TinyLlama, prompts, max_new_tokens: int) -> list[list[i
     """``prompts`` as lists of Python ints, checked against ``model``, and ``max_new_tokens``.
 
     Raises:
-        PromptError: not a non-empty list of token-id lists, an empty prompt, a str, token ids
-            outside the vocabulary, or a prompt + ``max_new_tokens`` longer than ``max_seq_len``.
-        ConfigError: ``max_new_tokens`` is not an int >= 1 (numpy ints are fine).
+        PromptError: a bad prompt list or prompt (the message says why), or a prompt +
+            ``max_new_tokens`` longer than ``max_seq_len``.
+        ConfigError: a bad ``max_new_tokens``.
     """
     if isinstance(prompts, (str, bytes)) or not isinstance(prompts, Sequence) or len(prompts) == 0:
         raise PromptError(f"prompts must be a non-empty list of token-id lists, got {prompts!r:.80}")
@@ -144,9 +143,8 @@ def generate(model: TinyLlama, prompts: Sequence[Sequence[int]], max_new_tokens:
             vLLM's 16); ignored otherwise.
 
     Raises:
-        PromptError: empty prompt list or prompt, bad token ids, too long for ``max_seq_len``.
-        ConfigError: unknown cache mode or backend, ``max_new_tokens < 1``, sampling parameters
-            that are not SamplingParams or ask for different ``n``.
+        PromptError: as :func:`check_prompts`.
+        ConfigError: a bad argument (the message names it), or requests that ask for different ``n``.
     """
     prompts = check_prompts(model, prompts, max_new_tokens)
     max_new_tokens = count("max_new_tokens", max_new_tokens, 1)

@@ -1,26 +1,18 @@
-"""The live block panel's serving loop (chapter 5): requests come and go over one shared pool.
+"""The live block panel's serving loop (chapters 5 and 6): requests come and go over one pool.
 
-:class:`LiveRequests` serves requests with the tiny model through the real machinery: a
-:class:`~paged_kv.blocks.BlockSpaceManager` (driven through a :class:`~paged_kv.blocks.BlockHistory`,
-which records every event) decides the slots, a :class:`~paged_kv.storage.PagedKVCache` holds
-the K/V, and :func:`~paged_kv.storage.run_from_manager`
-runs the model through the block tables.  Each request is prefilled when it arrives; each
-"decode step" feeds every running request its pending token.  A request can be *forked* (chapter 6):
-the child shares every block of its parent and draws its own next token, so the two diverge and
-the first write into their shared, partly filled last block copies it (copy-on-write).
+:class:`LiveRequests` serves requests with the tiny model through the real machinery, so the panel
+shows what the engine does, not a drawing of it: a :class:`~paged_kv.blocks.BlockSpaceManager`
+(driven through a :class:`~paged_kv.blocks.BlockHistory`, which records every event) decides the
+slots, a :class:`~paged_kv.storage.PagedKVCache` holds the K/V, and
+:func:`~paged_kv.storage.run_from_manager` runs the model through the block tables.  A fork shares
+every block of its parent and copies the shared last block on its first write (copy-on-write,
+vLLM paper §4.4).  When the pool is full the latest arrival is preempted by recompute (§4.5), by
+:func:`paged_kv.scheduling.rules.preemption_victim`, the rule the simulator and the serving engine
+call too.
 
-When a decode step needs a block and none is free, the request that arrived last is preempted
-by recompute (vLLM paper §4.5, through :func:`paged_kv.scheduling.rules.preemption_victim`, the
-rule the simulator and the serving engine call): its blocks go back to the pool and it waits at
-the front of the queue; at the start of a later step, once its tokens fit again, it is prefilled
-again with all of them (prompt and generated tokens), and continues where it stopped.
-
-Slots are labelled per byte with :meth:`~paged_kv.model.ByteTokenizer.token_labels` (a multi-byte
-character on its first byte) and a running request's text is decoded incrementally, so an
-incomplete character never shows as "\ufffd".
-
-The panel around it (buttons, figure) is :func:`paged_kv.widgets.blocks.block_panel`; the serving
-engine of the later chapters grows from this loop.
+Slots are labelled per byte (:meth:`~paged_kv.model.ByteTokenizer.token_labels`, a multi-byte
+character on its first byte) and text is decoded incrementally, so an incomplete character never
+shows as "\ufffd".  The panel around it is :func:`paged_kv.widgets.blocks.block_panel`.
 """
 
 from __future__ import annotations
@@ -50,11 +42,11 @@ class LiveRequests:
             ``sample_generator(seed, s)``, so a fork continues differently from its parent.
 
     Raises:
-        OutOfBlocksError: (from the manager) a prompt does not fit the free blocks; nothing changes.
-        PromptError: an empty prompt, a length that is not an int ``>= 1``, or a prompt longer
-            than the model's ``max_seq_len``.
-        BlockError: :meth:`text` or :meth:`finish` of a request that is neither running nor
-            waiting (preempted); :meth:`fork` of one that is not running.
+        OutOfBlocksError: (:meth:`add`, from the manager) the prompt does not fit the free blocks;
+            nothing changes.
+        PromptError: a bad prompt (empty, a bad length, or too long for the model).
+        BlockError: an unknown request (a :meth:`fork` of one that is not running), or an
+            :meth:`add` while preempted requests wait to be recomputed (they are served first).
     """
 
     def __init__(self, model=None, tokenizer=None, num_blocks: int = 24, block_size: int = 8,

@@ -2,22 +2,18 @@
 
 :class:`LLMEngine` follows the shape of vLLM's ``LLMEngine`` (``add_request``, ``step``,
 ``generate``), read as a map, not copied.  One :meth:`LLMEngine.step` is three calls, each handed
-the value the one before returned:
+the value the one before returned (the runner never reads the scheduler):
+:meth:`~paged_kv.scheduling.Scheduler.schedule` (continuous batching and preemption, vLLM paper
+§4.5) returns a :class:`~paged_kv.scheduling.SchedulerOutput`; a runner's ``execute``
+(:mod:`paged_kv.engine.runner`) turns it into a :class:`~paged_kv.engine.runner.ModelRunnerOutput`;
+:meth:`~paged_kv.scheduling.Scheduler.update` records its tokens and frees finished sequences'
+blocks.
 
-1. **schedule** (:meth:`~paged_kv.scheduling.Scheduler.schedule`) -> a
-   :class:`~paged_kv.scheduling.SchedulerOutput`: the step as data (continuous batching and
-   preemption, vLLM paper §4.5);
-2. **run** (a runner's ``execute``, :mod:`paged_kv.engine.runner`) -> a
-   :class:`~paged_kv.engine.runner.ModelRunnerOutput`: swaps, copy-on-write copies, the forward
-   pass, sampling, from the output alone;
-3. **update** (:meth:`~paged_kv.scheduling.Scheduler.update`): record the tokens, free finished
-   sequences' blocks; the engine then stamps its outputs' times.
-
-It measures what engines report (:class:`~paged_kv.engine.metrics.EngineStats`): TTFT, TPOT,
-throughput, KV-cache usage, preemptions, swapped blocks, prefix-cache hits.  Time is the wall clock
-with the tiny model, the modelled clock with a timing model.  What changes K/V besides the tokens is
-a request's *extra key*, part of every block hash: its adapter (:meth:`LLMEngine.load_adapter`)
-and its ``cache_salt``.
+It measures what engines report: :class:`~paged_kv.engine.metrics.EngineStats` over the run, TTFT
+and TPOT per request (:class:`~paged_kv.engine.outputs.RequestOutput`); time is the wall clock
+with the tiny model, the modelled clock with a timing model.  What changes K/V besides the
+tokens is a request's *extra key*, part of every block hash: its adapter
+(:meth:`LLMEngine.load_adapter`) and its ``cache_salt``.
 """
 
 from __future__ import annotations
@@ -132,13 +128,13 @@ class LLMEngine:
         ``cache_salt``, e.g. one per tenant).  Both form the request's extra cache key.
 
         Raises:
-            ConfigError: ``params`` not a SamplingParams; ``arrival`` not a finite number <= the
-                clock; ``request_id`` not hashable; an adapter not loaded; a salt not a non-empty str.
-            AdmissionError: it could never run on this engine's pool (the reason is in the message:
-                e.g. prompt + max_tokens - 1 stored tokens need more blocks than the pool has); or
-                its id is in use.  Nothing is queued and nothing is preempted.
-            PromptError: an empty prompt, text without a tokenizer, a token id outside the vocabulary,
-                or a prompt + max_tokens longer than the model's ``max_seq_len``.
+            ConfigError: a bad argument (the message names it), an ``arrival`` later than the
+                clock, or an adapter not loaded.
+            AdmissionError: it could never run on this engine's pool (the message says why, e.g.
+                its ``P + max_tokens - 1`` stored tokens need more blocks than the pool has), or its
+                id is in use.  Nothing is queued and nothing is preempted.
+            PromptError: a bad prompt (the message says why), or prompt + ``max_tokens`` longer
+                than the model's ``max_seq_len``.
         """
         params = _check_params(params)
         ids = self._encode(prompt)

@@ -1,32 +1,24 @@
 """What one decode step reads and computes: bytes, FLOPs, arithmetic intensity, the roofline.
 
-A cached decode step (chapter 2) feeds one new token per sequence for a batch of ``B`` sequences
-that each hold ``t`` cached tokens.  It must
+A cached decode step feeds one new token to each of ``B`` sequences holding ``t`` cached tokens.
+It reads every weight once (**one** read serves all ``B``), except tables it only *gathers* from
+(an untied input embedding contributes ``B`` rows, not the table,
+:attr:`ModelSpec.gathered_params`; a tied one is read whole by the LM head), and every cached K/V
+byte of every sequence once (nothing shared).  So the linear layers' arithmetic intensity grows
+with the batch (``~B`` FLOP/byte for 2-byte weights) while attention's stays ``H / Hkv`` (2-byte
+cache) whatever the batch: each K/V byte serves its group's query heads and one sequence.  The
+roofline (Williams et al. 2009) bounds a step's time from below by
+``max(bytes / bandwidth, FLOPs / peak)``.  Sources: the "inference arithmetic" accounting of
+Chen (2022, kipp.ly) and Pope et al. 2022 (§2, "Efficiently Scaling Transformer Inference").
 
-* read every weight matrix once (**one** read serves all ``B`` sequences), except tables it only
-  *gathers* from: an untied input embedding contributes ``B`` rows, not the table
-  (:attr:`ModelSpec.gathered_params`); a tied one is read whole by the LM head;
-* read every cached K/V byte of every sequence once (``B x t`` tokens, nothing shared).
-
-The FLOPs are ``2 B`` per weight read (one multiply-add per parameter per token) for the linear
-layers and ``4 B L H D t`` for attention (``q k^T`` and ``p v``, 2 FLOPs per multiply-add, every
-query head).  So the arithmetic intensity (FLOPs per byte read) of the linear layers is ``~B``
-(for 2-byte weights) but of attention ``H / Hkv`` (for a 2-byte cache) *whatever the batch*:
-each K/V byte is used by the ``H / Hkv`` query heads of its group and by one sequence only.
-Against a GPU's ridge point (peak FLOP/s / bandwidth, hundreds of FLOP/byte), attention in decode
-is always memory-bound; the linear layers become compute-bound only at large ``B``.
-
-The roofline (Williams et al. 2009) bounds a step's time from below by
-``max(bytes / bandwidth, FLOPs / peak)``, so tokens/s <= ``B / that``.  Sources: the "inference
-arithmetic" accounting of Chen (2022, kipp.ly) and Pope et al. 2022 (§2, "Efficiently Scaling
-Transformer Inference"), with the per-byte rule above.
-
-Not modelled: MLA (its decode attention runs on the latent; :class:`ConfigError`), activation
-traffic, the ``B`` gathered embedding rows (``B x hidden x 2`` bytes, negligible), kernels'
-overheads.  Units: bytes (int), FLOPs (int), seconds, tokens per second.  The one count of the
-bytes a step reads, for the presets and for the package's own
+The one count of the bytes a step reads, for the presets and for the package's own
 :class:`~paged_kv.model.ModelConfig` alike (``tests/memory/test_decode_cost.py`` checks it against
-a real TinyLlama's and cache's tensors).
+a real TinyLlama's and cache's tensors).  Not modelled: MLA (its decode attention runs on the
+latent; :class:`ConfigError`), activation traffic, the ``B`` gathered embedding rows
+(``B x hidden x 2`` bytes, negligible), kernels' overheads.
+
+Units: bytes (int), FLOPs (int), seconds, tokens per second.  Legend: B batch, t cached tokens per
+sequence, L layers, H query heads, Hkv kv heads, D head_dim.
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ class SchedulerConfig:
         num_cpu_blocks: blocks in the CPU swap pool (vLLM sizes it from ``swap_space`` GiB); 0: none.
         max_num_seqs: most sequences running at once (vLLM ``max_num_seqs``, 256).
         max_num_batched_tokens: the token budget of one step, prefill chunks and decode tokens
-            together (vLLM ``max_num_batched_tokens``; 512 was v0's default with chunked prefill).
+            together (vLLM ``max_num_batched_tokens``; default 512, vLLM v0's with chunked prefill).
         enable_chunked_prefill: split prompts over steps by the budget; off, a prompt runs whole
             or waits (and one longer than the budget is refused).
         watermark: fraction of the GPU blocks admission keeps free (vLLM's 0.01), so running
@@ -46,9 +46,9 @@ class SchedulerConfig:
             function ``(parent, token_ids, extra_key) -> hashable`` (tests inject collisions).
 
     Raises:
-        ConfigError: a count that is not an int in range, an unknown mode, swap without a CPU pool,
-            ``"max"`` without ``max_model_len``; prefix caching with swap or a reservation (vLLM v1,
-            which caches prefixes, preempts by recompute only and reserves nothing).
+        ConfigError: a bad value (the message names it), or knobs that cannot go together: swap
+            without a CPU pool, ``"max"`` without ``max_model_len``, prefix caching with swap or a
+            reservation (as in vLLM v1, which preempts by recompute only and reserves nothing).
     """
 
     num_gpu_blocks: int

@@ -1,7 +1,7 @@
 """The scheduling rules, named: which waiting request is admitted, which running one is preempted.
 
-The simulator of chapter 4 (:func:`paged_kv.sim.simulate`) calls these now; the serving engine
-of the later chapters calls the same functions, so the two cannot drift apart.  Pure Python.
+The simulator (:func:`paged_kv.sim.simulate`) and the serving engine call the same functions, so
+the two cannot drift apart.  Pure Python.
 
 They follow vLLM's scheduler as the paper describes it (Kwon et al., SOSP 2023, §4.5):
 

@@ -4,9 +4,8 @@ A request holds ``ceil(L / BS)`` blocks, a new one only when its last is full, a
 keeps vLLM's 1% watermark of blocks free.  The same interface as the Orca baselines
 (:mod:`paged_kv.sim.contiguous`), so the simulator's scheduler is the same for all of them.
 
-Token timing: a request admitted at step ``s0`` holds ``prompt + 1`` tokens after that step (its
-prefill writes the prompt, and the first generated token gets its slot), and one more after each
-later step.  Legend: BS block size, NB number of blocks, L tokens of a request.
+Token timing is the base class's (:mod:`paged_kv.sim.memory_policy`).  Legend: BS block size,
+NB number of blocks, L tokens of a request.
 """
 
 from __future__ import annotations

@@ -1,5 +1,8 @@
 """Sharing in the simulator (vLLM paper §4.4 and §6.3): requests that run several sequences,
-``n`` parallel samples or ``k`` beams, and the blocks they share.
+``n`` parallel samples or ``k`` beams, the blocks they share, the paper's Figure 15 metric
+(:func:`memory_saving`), and the two policies that let :func:`paged_kv.sim.simulate` serve them:
+:class:`SharedPagedPolicy` (the paged pool, with sharing) and :class:`GroupContiguousPolicy` (the
+Orca baselines, a region per sequence).
 
 Every sequence of a request has the same length ``L`` (prompt ``P`` + tokens generated so far).
 How many physical blocks of ``BS`` slots the request holds (:func:`group_blocks`):
@@ -12,18 +15,11 @@ How many physical blocks of ``BS`` slots the request holds (:func:`group_blocks`
   any write the whole prompt is shared, ``ceil(P / BS)``;
 * **beam search**: beams *coalesce*: at any step all ``k`` beams descend from one beam a few
   tokens back, so they share every full block of their common prefix ``c = max(P, L - d)`` and own
-  the rest: ``c // BS + k * (ceil(L / BS) - c // BS)``.  Both are
-  :func:`~paged_kv.blocks.group_blocks_held`, the block layer's one formula.  ``d``, the divergence depth, is measured
-  on a real beam search (the tiny model's: about ``2 (k - 1)`` tokens, as a coalescent predicts);
-  a model, since the true beam tree is random (stated in chapter 6 with the measurement).
+  the rest: ``c // BS + k * (ceil(L / BS) - c // BS)``.  ``d``, the divergence depth, is a model
+  (the true beam tree is random) measured on a real beam search: about ``2 (k - 1)`` tokens for
+  the tiny model, as a coalescent predicts (chapter 6).
 
-:func:`memory_saving` is the paper's Figure 15 metric, "the number of blocks we saved by sharing
-divided by the number of total blocks without sharing", summed over every step of every request
-of a trace (each step weighs the same: the ratio of time averages when steps take equal time).
-:class:`SharedPagedPolicy` and :class:`GroupContiguousPolicy` let :func:`paged_kv.sim.simulate`
-serve such requests: the paged pool with sharing, and the Orca baselines, where each sequence
-reserves its own contiguous region (their latency curves, the paper's Figure 14, are
-:func:`paged_kv.sim.latency_sweep`).
+Both sharing formulas are :func:`~paged_kv.blocks.group_blocks_held`, the block layer's one formula.
 
 Legend: P prompt tokens, L tokens per sequence, BS block size, n/k (``width``) sequences per
 request, d divergence depth.
@@ -107,9 +103,11 @@ def group_blocks(prompt_len, length, sharing: Sharing, block_size: int) -> np.nd
 
 
 def memory_saving(trace: Trace, sharing: Sharing, block_size: int = BLOCK_SIZE) -> float:
-    """The vLLM paper's Figure 15 metric on ``trace``: 1 - (blocks held with sharing) / (blocks
-    held without), summed over every step of every request, from the step a request is admitted
-    (``P + 1`` tokens per sequence) to its last (``P + O``).
+    """The vLLM paper's Figure 15 metric on ``trace``, "the number of blocks we saved by sharing
+    divided by the number of total blocks without sharing": 1 - (blocks held with sharing) /
+    (blocks held without), summed over every step of every request, from the step a request is
+    admitted (``P + 1`` tokens per sequence) to its last (``P + O``).  Each step weighs the same
+    (the ratio of time averages when steps take equal time).
     """
     if not isinstance(trace, Trace):
         raise ConfigError(f"trace must be a paged_kv.sim.Trace, got {type(trace).__name__}")

@@ -1,31 +1,23 @@
 """The step simulator: an iteration-level scheduler driving one KV memory policy over a trace.
 
-Pure bookkeeping, no tensors.  Each step (one model iteration, as in Orca's iteration-level
-scheduling and vLLM's scheduler, vLLM paper §4.5 and §6.1) does, in this order:
+Pure bookkeeping, no tensors; only the memory policy differs between runs.  A step (Orca's
+iteration-level scheduling and vLLM's scheduler, vLLM paper §4.5 and §6.1), in this order:
 
-1. requests that have arrived by the step's start join the waiting queue (FCFS);
-2. every running request grows by one token; if the policy lacks blocks for that (paging only),
-   the running request that arrived last is preempted (vLLM's first-come-first-served priority)
-   and its tokens are recomputed later (vLLM's default, §4.5): it goes back to the front of the
-   queue with prompt = all its tokens;
-3. if nothing was preempted, waiting requests are admitted in order while the policy can place
-   them (head-of-line blocking, as both systems do) and the batch has room; an admitted request
-   prefills and gets its first output token in this step;
-4. memory is classified (:mod:`paged_kv.sim.memory_policy`), the step's duration is charged, and requests
-   that produced their last token are freed.
+1. requests that have arrived join the waiting queue (FCFS);
+2. every running request grows by one token; while the policy lacks blocks for that (paging
+   only), the latest arrival is preempted by recompute: requeued at the front, all its tokens now
+   its prompt;
+3. if nothing was preempted, the head of the queue is admitted while it fits and the caps allow
+   (head-of-line blocking); it prefills, with its first output token, in this step;
+4. memory is classified (:mod:`paged_kv.sim.memory_policy`), the step's time charged, finished
+   requests freed.
 
-The scheduling rules of steps 2-3 (FCFS, the preemption victim, no admission in a step that
-preempted, the caps) are the named functions of :mod:`paged_kv.scheduling.rules`, which the
-serving engine calls too.
-
-Only the memory policy differs between runs.  Time comes from :class:`IterationTime`; the default
-(1 s per step) makes a hand-made trace's arrival times read as step numbers.  The paper's set-up
-(:data:`paged_kv.sim.paper_setup.PAPER_SETUP`, OPT-13B on one A100-40GB) charges a roofline
-estimate instead.  What a run records (:class:`~paged_kv.sim.result.SimResult`,
-:class:`~paged_kv.sim.result.Layout`) lives in :mod:`paged_kv.sim.result`.
-
-A step costs O(1) Python work plus O(1) per event (admission, completion, preemption, new
-block), so 10,000 requests take seconds (``benchmarks/simulate_bench.py``).
+The rules of steps 2-3 are :mod:`paged_kv.scheduling.rules`'s, which the serving engine calls too.
+Time comes from :class:`IterationTime`: the default, 1 s per step, makes a hand-made trace's
+arrival times read as step numbers; the paper's set-up
+(:data:`paged_kv.sim.paper_setup.PAPER_SETUP`) charges a roofline estimate.  A run's record is :mod:`paged_kv.sim.result`'s.  A step costs O(1)
+Python work plus O(1) per event (admission, completion, preemption, new block), so 10,000 requests
+take seconds (``benchmarks/simulate_bench.py``).
 """
 
 from __future__ import annotations
@@ -79,8 +71,7 @@ class IterationTime:
         bound.
 
         Raises:
-            ConfigError: a size, bandwidth or FLOP rate that is not a finite number > 0,
-                or an efficiency outside (0, 1].
+            ConfigError: an argument that is not a finite number > 0, or an efficiency above 1.
         """
         w, kv, bw, fl = (real(n, v, 0.0, low_open=True) for n, v in (
             ("weight_bytes", weight_bytes), ("kv_bytes_per_token", kv_bytes_per_token),
@@ -131,9 +122,9 @@ def simulate(trace: Trace, policy: MemoryPolicy, *, iteration_time: IterationTim
 
     Raises:
         ConfigError: an empty trace, a request that could never fit (longer than ``max_seq_len``
-            or the pool), a policy already in use, or bad arguments: counts (``max_batch``,
-            ``max_prefill_tokens``, ``layouts``) must be ints >= 1 (numpy ints are fine, bools
-            and floats are not), ``layout_times`` finite and >= 0.
+            or the pool), a policy already in use, or a bad argument (the message names it).
+        PagedKVError: a step where nothing runs and the head cannot be admitted (only a policy
+            that breaks its own ``fits`` gets there; raised rather than looping forever).
     """
     if not isinstance(trace, Trace):
         raise ConfigError(f"trace must be a paged_kv.sim.Trace, got {type(trace).__name__}")

@@ -48,7 +48,8 @@ class Trace:
         name: a label for tables and figures.
 
     Raises:
-        ConfigError: on arrays of different lengths, lengths < 1, negative or unsorted arrivals.
+        ConfigError: arrays of different lengths, or a value outside its range above (lengths are
+            whole numbers; arrivals finite, >= 0 and sorted).
     """
 
     arrival_s: np.ndarray
@@ -114,8 +115,7 @@ def trace_from_rows(rows, name: str = "hand-made") -> Trace:
     """A :class:`Trace` from ``(arrival_s, prompt_len, output_len)`` rows, sorted stably by arrival.
 
     Raises:
-        ConfigError: a row that is not three numbers, or values :class:`Trace` rejects (an
-            infinite or fractional length, a negative or non-finite arrival).
+        ConfigError: a row that is not three numbers, or values :class:`Trace` rejects.
     """
     try:
         rows = [tuple(r) for r in rows]
@@ -312,9 +312,7 @@ def synthetic_trace(num_requests: int, rate_per_s: float, lengths: str | LengthM
         seed: the same seed gives the same trace (one ``numpy.random.Generator`` for everything).
 
     Raises:
-        ConfigError: unknown ``lengths`` name, ``num_requests`` not an int >= 1 (numpy ints are
-            fine; bools and floats are not), a rate that is not a finite number > 0, or a seed
-            that is not an int >= 0.
+        ConfigError: an unknown ``lengths`` name, or a bad count, rate or seed (the message names it).
     """
     lengths = length_model(lengths)
     num_requests = count("num_requests", num_requests)

@@ -6,7 +6,7 @@ state into a forward pass over them.
 * :mod:`~paged_kv.storage.paged_cache`: :class:`PagedKVCache`, one pool of blocks per layer, read and
   written through block tables and slot mappings (chapter 5);
 * :mod:`~paged_kv.storage.batch`: :func:`prepare_paged_batch` and :func:`run_paged_batch`, the order of
-  operations of one step (slots, tables, metadata, copy-on-write copies, forward);
+  operations of one step (slots, copy-on-write copies, tensors and metadata, forward);
 * :mod:`~paged_kv.storage.formats`: the same block state as vLLM, FlashInfer and FlashAttention take it.
 
 Storage never decides which sequence owns which block: :mod:`paged_kv.blocks` does (vLLM paper §4.3).

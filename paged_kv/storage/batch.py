@@ -1,23 +1,21 @@
 """From a step's block state to one forward pass: the one place where bookkeeping meets storage.
 
-vLLM calls this "preparing the inputs" (its model runner): the bookkeeping decided *which* tokens
-run and *where* their K/V go (the rows: token ids, first position, slot mapping, block table);
-this module turns the rows into the tensors the model and the paged cache read, and runs the pass.
-The serving engine's runner gets its rows from the scheduler's output (its chunks carry these four
-fields); :class:`~paged_kv.decoding.PagedDecoder`, beam search and the live block panel read them
-from their own block manager (:func:`read_rows`), and :func:`run_from_manager` is their whole
-step.  Either way, one step is, in order:
+vLLM's model runner calls this "preparing the inputs".  The bookkeeping decides *which* tokens run
+and *where* their K/V go, as rows (token ids, first position, slot mapping, block table: a
+:class:`BatchRow`, or a scheduler chunk, which has the same fields); this module turns the rows
+into the tensors the model and the paged cache read, and runs the pass.  The engine's runner takes
+its rows from the scheduler's output; drivers that own a block manager (the paged decoder, beam
+search, the live block panel) read them with :func:`read_rows`, and :func:`run_from_manager` is
+their whole step.  Either way, a step is, in order:
 
-1. **room** (the bookkeeping): every new token has a slot (``allocate``, ``append_slot``; a
-   shared, partly filled last block is copied first: copy-on-write, vLLM paper §4.4);
-2. **copy**: the step's copy-on-write copies are applied to the cache *before* anything is
-   written, so a sequence's new token lands in its own copy and the copy carries the shared tokens
-   (the runner applies the scheduler's ``copies``; :func:`run_from_manager` the manager's queue);
-3. **prepare** (:func:`prepare_paged_batch`): positions, the slot mapping (``-1`` = padding), the
-   block tables padded into one int32 tensor, ``query_lens`` and ``seq_lens``, as one
-   :class:`~paged_kv.model.AttentionMetadata`;
+1. **room** (the bookkeeping): every new token has a slot; a shared, partly filled last block is
+   copied first (copy-on-write, vLLM paper §4.4);
+2. **copy**: those copies are applied to the cache *before* anything is written, so a new token
+   lands in its sequence's own copy and the copy carries the shared tokens;
+3. **prepare** (:func:`prepare_paged_batch`): positions, slot mapping, padded block tables and
+   lengths as one :class:`~paged_kv.model.AttentionMetadata` (the shapes: :class:`PagedBatch`);
 4. **forward** (:func:`run_paged_batch`): each layer writes the new K/V at their slots, then attends
-   through the tables (vLLM paper §4.1-4.3); the logits of each row's last new token, ``[B, V]``.
+   through the tables (vLLM paper §4.1-4.3).
 
 A row may start past position 0 (a later chunk of a prompt, or the uncached suffix after a
 prefix-cache hit): its tokens attend to the ``start`` cached tokens before them through the block
@@ -110,8 +108,8 @@ def read_rows(manager: BlockSpaceManager, seq_ids: Sequence[Hashable], new_token
     last tokens, ``num_tokens - len``).
 
     Raises:
-        PromptError: no sequences, counts that do not match, a row with no tokens or tokens past
-            what its sequence holds.
+        PromptError: no sequences, lists of different lengths, or a row that is empty or runs
+            past what its sequence holds.
         BlockError: (from the manager) an unknown sequence id.
     """
     seq_ids = list(seq_ids)
@@ -140,8 +138,8 @@ def prepare_paged_batch(rows: Sequence[BatchRow], phase: str, device=None) -> Pa
             block); ``"decode"``: exactly one new token per row.
 
     Raises:
-        ConfigError: an unknown phase; a decode row without exactly one token.
-        PromptError: no rows, an empty row, or a slot mapping whose length is not the row's.
+        ConfigError: an unknown phase, or a decode row of more than one token.
+        PromptError: no rows, an empty row, or a row whose tokens and slots differ in number.
     """
     if phase not in ("prefill", "decode"):
         raise ConfigError(f"phase must be 'prefill' or 'decode', got {phase!r}")

@@ -1,11 +1,9 @@
-"""KV-cache storage: tensors that hold keys and values, and how attention reads them.
+"""``ContiguousKVCache``: per layer, one preallocated row of ``max_seq_len`` token slots per sequence.
 
-Storage only: *which* rows or slots a token goes to is decided by the caller (the generate loop
-for the contiguous cache; the block manager's slot mapping for the paged cache, vLLM paper §4.3).
-
-:class:`ContiguousKVCache` is what most engines did before PagedAttention: every sequence of
-the batch owns one preallocated row of ``max_seq_len`` token slots per layer, whether it uses
-them or not (chapter 4 measures that waste).
+What most engines did before PagedAttention: every sequence of the batch owns its row whether it
+uses it or not (chapter 4 measures that waste).  Storage only: the caller (the generate loop)
+decides which row and position each token goes to; the paged counterpart is
+:mod:`paged_kv.storage.paged_cache`.
 
 Legend: B batch, T tokens, Hkv kv heads, D head_dim, L layers.
 """
@@ -39,9 +37,8 @@ class ContiguousKVCache:
     :attr:`nbytes` reports it from the real tensors.
 
     Raises:
-        ConfigError: a batch size or length that is not an int >= 1 (numpy ints are fine;
-            bools and floats are not).
-        CacheError: writing past ``max_seq_len``.
+        ConfigError: a bad batch size or length (the message names it).
+        CacheError: writing past ``max_seq_len``, or a chunked prefill (whole prompts only).
         TensorError: K/V of the wrong dtype, device or shape.
     """
 

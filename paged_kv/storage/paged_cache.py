@@ -49,7 +49,8 @@ class PagedKVCache:
     :attr:`nbytes` reports it from the real tensors, :attr:`bytes_per_block` per block id.
 
     Raises:
-        ConfigError: a non-positive size, or a dtype the ledger cannot price.
+        ConfigError: a bad size, a dtype the ledger cannot price, or a pool too large to allocate
+            on ``device`` (the message gives its bytes).
         TensorError: K/V or queries of the wrong dtype, device or shape; metadata without a
             slot mapping or block tables.
         CacheError: a slot outside the pool.

@@ -2,9 +2,11 @@
 plotly's renderer.
 
 Submodules: :mod:`~paged_kv.viz.palette` (colours), :mod:`~paged_kv.viz.controls` (sliders and
-dropdowns that find what they change by name), :mod:`~paged_kv.viz.memory` and :mod:`~paged_kv.viz.calculator` (chapter 3),
-:mod:`~paged_kv.viz.fragmentation` (chapter 4), :mod:`~paged_kv.viz.blocks`, :mod:`~paged_kv.viz.kernel_walk` and :mod:`~paged_kv.viz.gpu_results` (chapter 5).  Nothing
-in the package below this layer imports it.
+dropdowns that find what they change by name), :mod:`~paged_kv.viz.text` (computed prose, tables,
+package source); by chapter: ``attention``, ``cost`` (1-2); ``memory``, ``calculator`` (3);
+``fragmentation`` (4); ``blocks``, ``logical_view``, ``kernel_walk``, ``gpu_results`` (5);
+``sharing`` (6); ``serving`` (7); ``prefix_cache`` (8).  Of the package, only ``widgets/`` imports
+this layer.
 
 Figures are built by pure functions of recorded data (snapshots, measurements), so the static
 HTML book can show them with no live objects and no kernel.

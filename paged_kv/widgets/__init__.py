@@ -8,7 +8,9 @@ each chapter's hidden first cell enables.  Nothing in the package imports this l
 * :mod:`~paged_kv.widgets.panel`: :func:`show_live`, :func:`figure_widget_or_output`;
 * :mod:`~paged_kv.widgets.memory`: the KV calculator (chapter 3);
 * :mod:`~paged_kv.widgets.fragmentation`: the memory strip (chapter 4);
-* :mod:`~paged_kv.widgets.blocks`: the block pool (chapter 5).
+* :mod:`~paged_kv.widgets.blocks`: the block pool (chapter 5);
+* :mod:`~paged_kv.widgets.serving`: the serving engine (chapter 7);
+* :mod:`~paged_kv.widgets.prefix_cache`: the prefix cache (chapter 8).
 """
 
 from .blocks import block_panel

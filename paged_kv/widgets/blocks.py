@@ -7,7 +7,7 @@ prompt of that many spaces), decode a step, finish a request; the figure
 ``ipywidgets.Output`` where FigureWidget is unavailable (it needs ``anywidget``).
 
 Two things the widgets do not do by themselves: ipywidgets 8 leaves a ``Dropdown``'s value at
-``None`` when its options change from empty (ipywidgets 7 picked the first), so after every event
+``None`` when its options change from empty, so after every event
 the panel selects a request itself (the one selected before if it still exists, else the oldest);
 and the status text sits in a box of fixed height, so the figure below it does not move down a
 line each time a request is added.  When the pool fills during a decode step the loop preempts the
