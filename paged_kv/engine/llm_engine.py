@@ -201,7 +201,10 @@ class LLMEngine:
             self.records.append(step_record(sch, st.steps, self.clock, describe(out, done), out.hit_blocks, evicted))
         result = []
         for rid in sorted({c.request_id for c in out.chunks if c.sample}, key=lambda r: sch.requests[r].order):
-            req, o = sch.requests[rid], self._outputs[rid]
+            req = sch.requests[rid]
+            if rid not in self._outputs:         # added to the scheduler directly, not by add_request
+                self._outputs[rid] = RequestOutput(rid, req.prompt, req, arrival=req.arrival)
+            o = self._outputs[rid]
             if math.isnan(o.first_token):
                 o.first_token = self.clock
             else:
@@ -209,7 +212,7 @@ class LLMEngine:
             o.last_token = self.clock
             o.preemptions = req.preemptions
             if req.finished:
-                o.finished, o.finish = True, self.clock
+                o.finish = self.clock
             result.append(o)
         return result
 

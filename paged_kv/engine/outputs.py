@@ -21,9 +21,10 @@ class RequestOutput:
 
     Attributes:
         request_id: its id; ``prompt``: its prompt as given (text or token ids).
-        finished: whether every sample has its ``max_tokens``.
+        finished: (property) whether every sample has its ``max_tokens``, read from the request.
         arrival, first_token, finish: clock times (s) it arrived, produced its first token, finished
-            (``nan`` until then).
+            (``nan`` until then; stamped by :meth:`LLMEngine.step`, so a step driven by hand through
+            the scheduler and the runner leaves them ``nan``).
         preemptions: times it was preempted.
         last_token: clock time (s) of its latest token; max_itl: the longest wait between two of
             its consecutive tokens (s; inter-token latency, ITL, as vLLM's metrics call it), where a
@@ -36,13 +37,16 @@ class RequestOutput:
     prompt: object
     request: Request = field(repr=False)
     tokenizer: object = field(default=None, repr=False)
-    finished: bool = False
     arrival: float = 0.0
     first_token: float = math.nan
     finish: float = math.nan
     preemptions: int = 0
     last_token: float = math.nan
     max_itl: float = 0.0
+
+    @property
+    def finished(self) -> bool:
+        return self.request.finished
 
     @property
     def token_ids(self) -> list[list[int]]:

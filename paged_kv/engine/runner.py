@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..errors import ConfigError
+from ..errors import ConfigError, PagedKVError
 from ..model.sampling import apply_penalties, sample, sample_generator
 from ..sampling_params import SamplingParams
 from ..scheduling import Chunk, SchedulerOutput
@@ -80,9 +80,22 @@ class ModelRunner:
         self.cache = PagedKVCache(model.cfg, num_gpu_blocks, block_size, dtype=model.dtype,
                                   device=model.device, num_cpu_blocks=num_cpu_blocks)
         self._gens: dict[tuple, torch.Generator] = {}    # (request id, sample index) -> its generator
+        self._last_step = 0
 
     def execute(self, out: SchedulerOutput) -> ModelRunnerOutput:
-        """Run the step ``out`` describes; see the module's docstring for the order."""
+        """Run the step ``out`` describes; see the module's docstring for the order.
+
+        The runner keeps one thing between steps: each sample's random generator, whose draws
+        continue from step to step (vLLM's runner keeps per-request state too).  So a step runs
+        once: running it again would draw different tokens, and writes its K/V twice.
+
+        Raises:
+            PagedKVError: ``out`` is not a scheduled step after the last one run here.
+        """
+        if not isinstance(out, SchedulerOutput) or out.step <= self._last_step:
+            raise PagedKVError(f"a runner runs each scheduled step once, in order: step "
+                               f"{getattr(out, 'step', out)!r:.40} after step {self._last_step}")
+        self._last_step = out.step
         t0 = time.perf_counter()
         for rid in out.finished_req_ids:
             self._gens = {k: g for k, g in self._gens.items() if k[0] != rid}

@@ -77,14 +77,16 @@ class SchedulerOutput:
     """What one step must do, in order: ``swap_out`` (GPU -> CPU block pairs), ``swap_in``
     (CPU -> GPU), ``copies`` (copy-on-write ``(src, dst)`` GPU blocks), then run ``chunks``.
 
-    Also: ``finished_req_ids`` (requests that finished since the last step: the runner drops their
-    state), ``preempted`` (request ids, with ``recomputed`` and ``swapped`` split), ``admitted``
+    Also: ``step`` (its number: the scheduler accepts the result of its latest step only, once, and
+    a runner runs each step once), ``finished_req_ids`` (requests that finished since the last step:
+    the runner drops their state), ``preempted`` (request ids, with ``recomputed`` and ``swapped`` split), ``admitted``
     (started or resumed), ``prefill_tokens`` and ``decode_tokens`` (the token budget used),
     ``cache_hits`` (per request admitted now, the prompt tokens its prefix-cache hit saved) and
     ``hit_blocks`` (the blocks those hits handed out).
     """
 
     chunks: list[Chunk] = field(default_factory=list)
+    step: int = 0
     swap_out: list[tuple[int, int]] = field(default_factory=list)
     swap_in: list[tuple[int, int]] = field(default_factory=list)
     copies: list[tuple[int, int]] = field(default_factory=list)

@@ -27,8 +27,9 @@ from collections import deque
 from typing import Hashable
 
 from ..blocks import BlockSpaceManager
-from ..errors import AdmissionError, ConfigError, PagedKVError
+from ..errors import AdmissionError, ConfigError, PagedKVError, PromptError
 from ..sampling_params import SamplingParams
+from ..validate import count, real
 from .admission import Admission, Verdict, decide, never_reason, reserved_tokens
 from .config import PREEMPTION_MODES, SchedulerConfig
 from .output import Chunk, SchedulerOutput
@@ -75,6 +76,8 @@ class Scheduler:
         self.num_preemptions = self.num_recomputes = self.num_swaps = self.num_swapped_blocks = 0
         self._next_seq, self._next_order = 0, 0
         self._carry = SchedulerOutput()        # what a preempt() between steps leaves for the next
+        self._step = 0                         # steps scheduled so far
+        self._in_flight: SchedulerOutput | None = None   # scheduled, its result not yet recorded
 
     # --- submitting ---------------------------------------------------------------------------
     def add(self, request_id: Hashable, prompt: list[int], n: int | None = None, max_tokens: int | None = None,
@@ -98,9 +101,17 @@ class Scheduler:
         if request_id in self.requests and self.requests[request_id].status != FINISHED:
             raise AdmissionError(f"request id {request_id!r} is already in use")
         p = sampling_params
+        if p is not None and not isinstance(p, SamplingParams):
+            raise ConfigError(f"sampling_params must be a SamplingParams, got {p!r:.80}")
         n = (p.n if p is not None else 1) if n is None else n
         max_tokens = (p.max_tokens if p is not None else 16) if max_tokens is None else max_tokens
-        req = Request(request_id, list(prompt), n, max_tokens, arrival, self._next_order, extra_key=extra_key,
+        if isinstance(prompt, (str, bytes)) or not hasattr(prompt, "__iter__"):
+            raise PromptError(f"a prompt is a list of token ids, got {prompt!r:.60}")
+        prompt = [count("a token id", t, 0, error=PromptError) for t in prompt]
+        arrival = real("arrival (s)", arrival)
+        if type(adapter_shift) is not int:
+            raise ConfigError(f"adapter_shift must be an int (token ids), got {adapter_shift!r}")
+        req = Request(request_id, prompt, n, max_tokens, arrival, self._next_order, extra_key=extra_key,
                       sampling_params=p, adapter_shift=adapter_shift)
         verdict = self.admission(req)
         if verdict.verdict is Verdict.NEVER:
@@ -128,10 +139,16 @@ class Scheduler:
         """Plan the next step (see the module's docstring); the blocks are taken now.
 
         Raises:
-            PagedKVError: requests are queued but nothing can run (cannot happen when every
-                request passed :meth:`admission`; raised rather than looping forever).
+            PagedKVError: the last step's result was not recorded yet (:meth:`update` comes first);
+                or requests are unfinished but nothing can run (cannot happen when every request
+                passed :meth:`admission`; raised rather than looping forever).
         """
+        if self._in_flight is not None:
+            raise PagedKVError(f"step {self._in_flight.step} is still in flight: record its result with "
+                               f"update() before scheduling the next")
+        self._step += 1
         out, self._carry = self._carry, SchedulerOutput()
+        out.step = self._step
         budget = self.config.max_num_batched_tokens
         queue = sorted(self.running, key=_arrival)
         kept: list[Request] = []
@@ -182,10 +199,14 @@ class Scheduler:
             out.admitted.append(req.request_id)
             budget -= self._commit(req, req.plan(budget, self.config.enable_chunked_prefill), out)
         out.copies.extend(self.manager.take_copies())
-        if out.empty and (self.waiting or self.swapped) and not self.running:
+        if out.empty and self.has_unfinished and not (out.swap_out or out.preempted):
+            if self.running:
+                raise PagedKVError(f"nothing can run: requests {[r.request_id for r in self.running]!r} are "
+                                   f"running but none has a token to run (a broken state; see check())")
             head = self.waiting[0] if self.waiting else self.swapped[0]
             raise PagedKVError(f"nothing can run: request {head.request_id!r} cannot start "
                                f"({self.admission(head).reason or 'swap-in does not fit'})")
+        self._in_flight = out
         return out
 
     def update(self, out: SchedulerOutput, sampled: dict[int, list[int]]) -> list[Request]:
@@ -195,13 +216,26 @@ class Scheduler:
         finished.
 
         Raises:
-            PagedKVError: a sampled token missing, extra, or for a chunk that does not sample.
+            PagedKVError: ``out`` is not the step in flight (a stale, repeated or foreign step); a
+                sampled token missing, extra, not an int >= 0, or for a chunk that does not sample.
+                Nothing is recorded then.
         """
+        if out is not self._in_flight:
+            want = "no step" if self._in_flight is None else f"step {self._in_flight.step}"
+            raise PagedKVError(f"update() records the step in flight ({want}); got step "
+                               f"{getattr(out, 'step', out)!r:.40}: each scheduled step is recorded once, in order")
+        if not isinstance(sampled, dict) or not all(isinstance(t, (list, tuple)) for t in sampled.values()):
+            raise PagedKVError(f"sampled must map sequence ids to lists of token ids (a ModelRunnerOutput's "
+                               f"sampled_token_ids), got {sampled!r:.80}")
+        bad = [t for toks in sampled.values() for t in toks if type(t) is not int or t < 0]
+        if bad:
+            raise PagedKVError(f"sampled token ids must be ints >= 0, got {bad[:3]!r}")
         missing = [c.seq_id for c in out.chunks if c.sample and len(sampled.get(c.seq_id, ())) != c.num_samples]
         extra = set(sampled) - {c.seq_id for c in out.chunks if c.sample}
         if missing or extra:
             raise PagedKVError(f"sampled tokens do not match the step: missing/wrong count for sequences "
                                f"{missing}, unexpected for {sorted(extra)}")
+        self._in_flight = None
         touched: dict = {}
         for c in out.chunks:
             req = self.requests[c.request_id]
@@ -257,7 +291,12 @@ class Scheduler:
         """
         if mode is not None and mode not in PREEMPTION_MODES:
             raise ConfigError(f"mode must be one of {PREEMPTION_MODES}, got {mode!r}")
-        req = self.requests.get(request_id)
+        if self._in_flight is not None:
+            raise PagedKVError(f"step {self._in_flight.step} is in flight: preempt between steps, after update()")
+        try:
+            req = self.requests.get(request_id)
+        except TypeError:
+            raise PagedKVError(f"request ids are hashable, got {request_id!r}") from None
         if req is None or req.status != RUNNING:
             state = "unknown" if req is None else req.status
             raise PagedKVError(f"request {request_id!r} is not running ({state}); only a running one is preempted")
@@ -272,12 +311,19 @@ class Scheduler:
 
     def check(self) -> None:
         """Verify the pools (:meth:`BlockSpaceManager.check`) and that block holders match queues:
-        running requests hold GPU blocks, swapped ones CPU blocks, waiting and finished none.
+        running requests hold GPU blocks, swapped ones CPU blocks, waiting and finished none; no
+        request has more than ``n`` sequences; a waiting request has nothing computed.
 
         Raises:
             PagedKVError: the first breach, named.
         """
         self.manager.check()
+        for r in self.requests.values():
+            if len(r.seqs) > r.n:
+                raise PagedKVError(f"request {r.request_id!r} has {len(r.seqs)} sequences for n = {r.n}")
+        for r in self.waiting:
+            if any(s.num_computed for s in r.seqs):
+                raise PagedKVError(f"waiting request {r.request_id!r} has computed tokens but holds no blocks")
         gpu, cpu = set(self.manager.seq_ids), set(self.manager.swapped_ids)
         want_gpu = {s.seq_id for r in self.running for s in r.holders()}
         want_cpu = {s.seq_id for r in self.swapped for s in r.holders()}

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from paged_kv.blocks import BlockSpaceManager
 from paged_kv.decoding import generate
 from paged_kv.engine import EngineConfig, LLMEngine
-from paged_kv.errors import AdmissionError, ConfigError, PromptError
+from paged_kv.errors import AdmissionError, ConfigError, PagedKVError, PromptError
 from paged_kv.model import load_tiny_model
 from paged_kv.model.sampling import SamplingParams
 
@@ -359,3 +359,31 @@ def test_a_preemption_shows_as_one_long_inter_token_gap():
     # until then; b needs 2 blocks for its 5 tokens, so it re-prefills and samples token 3 at step 7:
     # 5 steps after its token 2
     assert math.isclose(ob.max_itl, 5 * step) and ob.tpot < ob.max_itl
+
+
+def test_a_step_runs_once_and_a_hand_driven_engine_reports_finished(tiny):
+    """Running a step twice would draw different tokens (the generators move on): refused. Driving
+    the scheduler and the runner by hand, as chapter 7 does, gives the tokens generate() gives."""
+    model, tok = tiny
+    sp = SamplingParams(n=2, temperature=0.8, seed=3, max_tokens=4)
+    want = engine(model, num_gpu_blocks=16).generate(tok.encode("To be, or not"), sp)[0].token_ids
+    e = engine(model, num_gpu_blocks=16)
+    rid = e.add_request(tok.encode("To be, or not"), sp)
+    out = e.scheduler.schedule()
+    result = e.runner.execute(out)
+    with pytest.raises(PagedKVError, match="runs each scheduled step once"):
+        e.runner.execute(out)
+    e.scheduler.update(out, result.sampled_token_ids)
+    while e.has_unfinished_requests():
+        out = e.scheduler.schedule()
+        e.scheduler.update(out, e.runner.execute(out).sampled_token_ids)
+    assert e.output(rid).token_ids == want and e.output(rid).finished
+
+
+def test_a_request_added_to_the_scheduler_directly_still_gets_an_output(tiny):
+    model, tok = tiny
+    e = engine(model, num_gpu_blocks=16)
+    e.scheduler.add("raw", [1, 2, 3], max_tokens=2)
+    while e.has_unfinished_requests():
+        e.step()
+    assert e.output("raw").finished and len(e.output("raw").token_ids[0]) == 2

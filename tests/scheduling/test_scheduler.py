@@ -163,7 +163,8 @@ def test_swap_falls_back_to_recompute_when_the_cpu_pool_is_full():
     sch = Scheduler(SchedulerConfig(num_gpu_blocks=8, block_size=4, watermark=0.0, preemption_mode="swap",
                                     num_cpu_blocks=1))
     sch.add("a", [1] * 9, max_tokens=3)
-    sch.schedule()
+    out = sch.schedule()
+    sch.update(out, {c.seq_id: [5] for c in out.chunks if c.sample})
     assert sch.preempt("a") == "recompute"
     assert sch.num_recomputes == 1 and sch.num_swaps == 0
 
