@@ -410,7 +410,7 @@ class Scheduler:
         req.status = WAITING
         self.num_recomputes += 1
         out.recomputed.append(req.request_id)
-        requeue_preempted(self.waiting, req)
+        requeue_preempted(self.waiting, req, _arrival)
 
 
 def _arrival(req: Request) -> int:
