@@ -285,7 +285,8 @@ def check_chunks(out: SchedulerOutput, sch: Scheduler, expect: dict, finished_la
     ``finished_req_ids`` names the requests finished since the last step."""
     bs, m = sch.config.block_size, sch.manager
     if list(out.finished_req_ids) != list(finished_last):
-        fail("7 step as data", f"finished_req_ids {out.finished_req_ids} but {finished_last} finished since the last step")
+        fail("7 step as data", f"finished_req_ids {out.finished_req_ids} but {finished_last} finished "
+                               f"since the last step")
     seen = Counter(ch.seq_id for ch in out.chunks)
     if any(k > 1 for k in seen.values()):
         fail("7 step as data", f"a sequence has two chunks in one step: {dict(seen)}")
@@ -298,7 +299,8 @@ def check_chunks(out: SchedulerOutput, sch: Scheduler, expect: dict, finished_la
         e = expect[ch.request_id]
         tokens = e.tokens(ch.index)
         if ch.block_table != m.block_ids(ch.seq_id):
-            fail("7 step as data", f"{where}: block table {ch.block_table} but the manager's is {m.block_ids(ch.seq_id)}")
+            fail("7 step as data", f"{where}: block table {ch.block_table} but the manager's is "
+                                   f"{m.block_ids(ch.seq_id)}")
         want = tuple(ch.block_table[p // bs] * bs + p % bs for p in ch.positions)
         if ch.slot_mapping != want:
             fail("7 step as data", f"{where}: slot mapping {ch.slot_mapping}, its block table gives {want}")
@@ -566,7 +568,8 @@ class SchedulerMachine(RuleBasedStateMachine):
             room = cap - max_tokens + 1 if fit else 20
             length = data.draw(st.integers(1, max(1, min(20, room))), label="prompt length")
             shared = data.draw(st.integers(0, min(len(self.base), length)), label="shared")
-            tail = data.draw(st.lists(st.integers(0, 2), min_size=length - shared, max_size=length - shared), label="tail")
+            tail = data.draw(st.lists(st.integers(0, 2), min_size=length - shared, max_size=length - shared),
+                             label="tail")
             n = data.draw(st.integers(1, 3), label="n")
             extra = "adapter" if c.enable_prefix_caching and data.draw(st.booleans(), label="salted") else None
             self.d.add(self.base[:shared] + tail, n, max_tokens, extra)
@@ -660,8 +663,10 @@ CORRUPTIONS = {
     "2 blocks = tables: a leaked CPU block": (check_blocks_equal_tables, _cpu_leak, "CPU blocks are in use"),
     "2 blocks = tables: a table of nobody": (check_blocks_equal_tables, _stray_table, r"sequences \[999\] hold GPU"),
     "2 blocks = tables: computed past the table": (check_blocks_equal_tables, _overcomputed, "its table holds"),
-    "3 ref counts: GPU": (check_ref_counts, lambda d: d.sch.manager.allocator.share(_held_block(d)), "ref count 2 but 1"),
-    "3 ref counts: CPU": (check_ref_counts, lambda d: d.sch.manager.cpu_allocator.share(0), "CPU block 0 has ref count 2"),
+    "3 ref counts: GPU": (check_ref_counts, lambda d: d.sch.manager.allocator.share(_held_block(d)),
+                          "ref count 2 but 1"),
+    "3 ref counts: CPU": (check_ref_counts, lambda d: d.sch.manager.cpu_allocator.share(0),
+                          "CPU block 0 has ref count 2"),
     "5 FCFS: waiting out of order": (check_queue_order, lambda d: d.sch.waiting.rotate(1), "waiting is not in arrival"),
     "5 FCFS: swapped out of order": (check_queue_order, lambda d: d.sch.swapped.reverse(), "swapped is not in arrival"),
     "5 FCFS: a status that lies": (check_queue_order, lambda d: setattr(d.sch.waiting[0], "status", "running"),
@@ -779,6 +784,9 @@ def test_the_fcfs_step_check_fires():
         check_fcfs_step(before, replace(out, chunks=out.chunks[:1]), d.sch)
     with pytest.raises(AssertionError, match=r"preempted \['r9'\] and still admitted"):
         check_fcfs_step(before, replace(out, preempted=["r9"]), d.sch)
+    d.sch.requests["r2"].order = -1                          # as if r2, still waiting, had arrived first
+    with pytest.raises(AssertionError, match=r"admitted 'r0' \(order 0\) while 'r2' \(order -1\), which arrived"):
+        check_fcfs_step(before, out, d.sch)
 
 
 def test_the_progress_checks_fire(monkeypatch):
