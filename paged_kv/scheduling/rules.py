@@ -7,8 +7,9 @@ They follow vLLM's scheduler as the paper describes it (Kwon et al., SOSP 2023, 
 
 * **First come, first served.**  Requests wait in arrival order.  Admission looks at the head of
   the queue only: if the head cannot be admitted, nobody behind it is (head-of-line blocking),
-  so a long prompt is never starved by short ones.  A preempted request goes back to the *front*
-  (:func:`requeue_preempted`): it arrived before everything still waiting.
+  so a long prompt is never starved by short ones.  A preempted request goes back in arrival order
+  (:func:`requeue_preempted`): to the *front*, as it arrived before everything still waiting, unless
+  an older preempted request waits there already.
 * **Preempt the latest arrival.**  When the running requests need more blocks than are free,
   the one that arrived last is evicted first (:func:`preemption_victim`); §4.5 serves the
   earliest arrivals first and preempts the latest first.
@@ -57,10 +58,20 @@ def preemption_victim(running: Sequence[R], arrival: Callable[[R], object] | Non
     return victim
 
 
-def requeue_preempted(waiting: deque, request) -> None:
-    """Put a preempted request back at the *front* of the waiting queue (it is older than every
-    request still waiting, so FCFS serves it first)."""
-    waiting.appendleft(request)
+def requeue_preempted(waiting: deque, request, arrival: Callable[[R], object] | None = None) -> None:
+    """Put a preempted request back in the waiting queue in arrival order (FCFS: the oldest first).
+
+    That is the *front* as a rule, since the requests still waiting arrived after it.  But an older
+    request may be waiting already, preempted earlier and not yet readmitted (by a preemption
+    between steps, or by a swap that fell back to recompute while a newer request was swapped out);
+    it stays ahead.  ``arrival``: as for :func:`preemption_victim` (``None``: the requests are
+    arrival numbers).  The scan starts at the front, where preempted requests sit.
+    """
+    key = (lambda r: r) if arrival is None else arrival
+    k = 0
+    while k < len(waiting) and key(waiting[k]) < key(request):
+        k += 1
+    waiting.insert(k, request)
 
 
 def may_admit(preempted_this_step: bool, num_running: int, max_num_seqs: int,

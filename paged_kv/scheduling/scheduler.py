@@ -283,7 +283,8 @@ class Scheduler:
     def preempt(self, request_id, mode: str | None = None) -> str:
         """Preempt a running request now, between steps (the live panel's button; tests), by
         ``mode`` (default: the configured one); a swap-out is done at the start of the next step.
-        Returns the mode used (a swap without room in the CPU pool falls back to recompute).
+        Returns the mode used (a swap without room in the CPU pool, or with prefix caching on, falls
+        back to recompute).
 
         Raises:
             PagedKVError: ``request_id`` is not running.
@@ -408,7 +409,10 @@ class Scheduler:
         self.num_preemptions += 1
         req.preemptions += 1
         out.preempted.append(req.request_id)
-        if (mode or self.config.preemption_mode) == "swap" and self.manager.cpu_allocator is not None:
+        # with prefix caching a request's blocks may be other requests' cached blocks too: never swapped
+        # (SchedulerConfig refuses preemption_mode='swap' with it; an explicit mode='swap' recomputes)
+        if (mode or self.config.preemption_mode) == "swap" and self.manager.cpu_allocator is not None \
+                and not self.config.enable_prefix_caching:
             out.copies.extend(self.manager.take_copies())      # a swap moves blocks whose copies are done
             mapping = swap_out(self.manager, req)
             if mapping is not None:
@@ -424,7 +428,7 @@ class Scheduler:
         req.status = WAITING
         self.num_recomputes += 1
         out.recomputed.append(req.request_id)
-        requeue_preempted(self.waiting, req)
+        requeue_preempted(self.waiting, req, _arrival)
 
 
 def _arrival(req: Request) -> int:
