@@ -47,8 +47,9 @@ class Scheduler:
         config: the :class:`~paged_kv.scheduling.config.SchedulerConfig`.
 
     Attributes:
-        waiting, running, swapped: the queues (:class:`~paged_kv.scheduling.request.Request`\\ s,
-            oldest first; ``waiting`` is a deque).
+        waiting, running, swapped: the queues (:class:`~paged_kv.scheduling.request.Request`\\ s;
+            ``waiting`` and ``swapped`` oldest first, ``waiting`` a deque; ``running`` in no set order,
+            :meth:`schedule` serves it oldest first).
         manager: the :class:`~paged_kv.blocks.BlockSpaceManager` (GPU pool and CPU pool).
         finished: requests done, in finishing order.
         num_preemptions, num_recomputes, num_swaps, num_swapped_blocks: counters (blocks moved

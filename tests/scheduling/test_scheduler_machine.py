@@ -657,7 +657,8 @@ def _overcomputed(d: Driver) -> None:
 
 CORRUPTIONS = {
     "1 pools: an extra holder": (check_pools, lambda d: d.sch.manager.allocator.share(_held_block(d)), "ref count"),
-    "1 pools: a holder in the wrong queue": (check_pools, _requeue_running, "do not match the queues"),
+    "1 pools: a holder in the wrong queue": (check_pools, _requeue_running,
+                                             "do not match the queues|computed tokens but holds no blocks"),
     "2 blocks = tables: a leaked GPU block": (check_blocks_equal_tables, lambda d: d.sch.manager.allocator.allocate(),
                                               "GPU blocks are in use but the tables of the running"),
     "2 blocks = tables: a leaked CPU block": (check_blocks_equal_tables, _cpu_leak, "CPU blocks are in use"),
@@ -713,7 +714,7 @@ def _step_out(d: Driver) -> SchedulerOutput:
 
 
 def _first(out: SchedulerOutput, **change) -> None:
-    out.chunks[0] = replace(out.chunks[0], **change)
+    out.chunks[0] = out.chunks[0]._replace(**change)
 
 
 def _start_early(out: SchedulerOutput, d: Driver) -> None:
