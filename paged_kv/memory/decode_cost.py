@@ -68,7 +68,11 @@ def step_bytes(model, context_len: int, batch_size: int = 1, kv_dtype: str | KVD
 def step_flops(model, context_len: int, batch_size: int = 1, *, tp: int = 1) -> dict[str, int]:
     """FLOPs of one decode step on each GPU: ``{"linear": ..., "attention": ...}``.
 
-    ``linear = 2 B (params - gathered_params) / tp`` (projections, MLP, LM head);
+    ``linear = 2 B (params - gathered_params) / tp``: every weight read once per token, the
+    RMSNorm weights included (they scale rather than multiply: an over-count of
+    ``2 B (2 L + 1) hidden``, under 0.01% for the presets; a spec from shapes alone cannot tell
+    them apart).  :func:`paged_kv.decoding.forward_flops` counts the tiny model's matmuls exactly;
+    the two differ by that term (tested);
     ``attention = 4 B H D sum_layers(min(t, window)) / tp`` (scores and weighted values of the
     one new query against every cached key of its layer).  MLA is refused (ConfigError): its
     decode attention runs on the latent, which is not modelled here.

@@ -5,6 +5,7 @@ from a real model's and cache's tensors."""
 import pytest
 import torch
 
+from paged_kv.decoding import forward_flops
 from paged_kv.errors import ConfigError
 from paged_kv.memory import (arithmetic_intensity, budget_range_for_slots, step_bytes,
                              step_flops, kv_bytes_per_token, model_preset, ridge_point,
@@ -101,3 +102,14 @@ def test_opt66b_budget_range_for_the_printed_slots():
                                                          513 * kv_bytes_per_token("OPT-13B"))
     with pytest.raises(ConfigError, match="printed"):
         budget_range_for_slots("OPT-66B", "about ten")
+
+
+def test_step_flops_and_forward_flops_differ_by_the_norm_weights_exactly(small_cfg):
+    """Two counts of a decode step's linear FLOPs, one from the spec (every weight read once per
+    token) and one from the model (matmuls only): the gap is the RMSNorm weights, 2 per layer + 1."""
+    for t in (1, 37, 100):
+        for b in (1, 4):
+            spec = step_flops(small_cfg, t, b)
+            exact = b * forward_flops(small_cfg, 1, t)
+            norms = (2 * small_cfg.num_layers + 1) * small_cfg.hidden_size
+            assert spec["linear"] + spec["attention"] - exact == 2 * b * norms
