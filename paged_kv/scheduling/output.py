@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Hashable, NamedTuple
 
+from ..errors import PagedKVError
 from ..sampling_params import SamplingParams
 
 __all__ = ["Chunk", "SchedulerOutput"]
@@ -123,3 +124,22 @@ class SchedulerOutput:
     @property
     def empty(self) -> bool:
         return not self.chunks
+
+    def check_sampled(self, sampled) -> None:
+        """Check a runner's result against this step before anything records it: a dict from the id
+        of every sampling chunk's sequence to ``num_samples`` token ids (ints >= 0), nothing else.
+
+        Raises:
+            PagedKVError: naming what does not match.
+        """
+        if not isinstance(sampled, dict) or not all(isinstance(t, (list, tuple)) for t in sampled.values()):
+            raise PagedKVError(f"sampled must map sequence ids to lists of token ids (a ModelRunnerOutput's "
+                               f"sampled_token_ids), got {sampled!r:.80}")
+        bad = [t for toks in sampled.values() for t in toks if type(t) is not int or t < 0]
+        if bad:
+            raise PagedKVError(f"sampled token ids must be ints >= 0, got {bad[:3]!r}")
+        missing = [c.seq_id for c in self.chunks if c.sample and len(sampled.get(c.seq_id, ())) != c.num_samples]
+        extra = set(sampled) - {c.seq_id for c in self.chunks if c.sample}
+        if missing or extra:
+            raise PagedKVError(f"sampled tokens do not match step {self.step}: missing or a wrong count for "
+                               f"sequences {missing}, unexpected for {sorted(extra)}")

@@ -21,7 +21,7 @@ from typing import Hashable
 from ..blocks.block_table import group_blocks_needed, stored_tokens
 from ..errors import ConfigError, PromptError
 from ..sampling_params import SamplingParams
-from ..validate import count
+from ..validate import count, real
 
 __all__ = ["FINISHED", "RUNNING", "Request", "STATUSES", "SWAPPED", "Sequence", "WAITING"]
 
@@ -105,8 +105,14 @@ class Request:
     adapter_shift: int = 0
 
     def __post_init__(self) -> None:
+        if isinstance(self.prompt, (str, bytes)) or not hasattr(self.prompt, "__iter__"):
+            raise PromptError(f"a prompt is a list of token ids, got {self.prompt!r:.60}")
+        self.prompt = [count("a token id", t, 0, error=PromptError) for t in self.prompt]
         if not self.prompt:
             raise PromptError(f"request {self.request_id!r} has an empty prompt")
+        self.arrival = real("arrival (s)", self.arrival)
+        if type(self.adapter_shift) is not int:
+            raise ConfigError(f"adapter_shift must be an int (token ids), got {self.adapter_shift!r}")
         self.n = count("n", self.n, 1)
         self.max_tokens = count("max_tokens", self.max_tokens, 1)
         p = self.sampling_params

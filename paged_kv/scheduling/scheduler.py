@@ -27,9 +27,8 @@ from collections import deque
 from typing import Hashable
 
 from ..blocks import BlockSpaceManager
-from ..errors import AdmissionError, ConfigError, PagedKVError, PromptError
+from ..errors import AdmissionError, ConfigError, PagedKVError
 from ..sampling_params import SamplingParams
-from ..validate import count, real
 from .admission import Admission, Verdict, decide, never_reason, reserved_tokens
 from .config import PREEMPTION_MODES, SchedulerConfig
 from .output import Chunk, SchedulerOutput
@@ -106,12 +105,6 @@ class Scheduler:
             raise ConfigError(f"sampling_params must be a SamplingParams, got {p!r:.80}")
         n = (p.n if p is not None else 1) if n is None else n
         max_tokens = (p.max_tokens if p is not None else 16) if max_tokens is None else max_tokens
-        if isinstance(prompt, (str, bytes)) or not hasattr(prompt, "__iter__"):
-            raise PromptError(f"a prompt is a list of token ids, got {prompt!r:.60}")
-        prompt = [count("a token id", t, 0, error=PromptError) for t in prompt]
-        arrival = real("arrival (s)", arrival)
-        if type(adapter_shift) is not int:
-            raise ConfigError(f"adapter_shift must be an int (token ids), got {adapter_shift!r}")
         req = Request(request_id, prompt, n, max_tokens, arrival, self._next_order, extra_key=extra_key,
                       sampling_params=p, adapter_shift=adapter_shift)
         verdict = self.admission(req)
@@ -225,17 +218,7 @@ class Scheduler:
             want = "no step" if self._in_flight is None else f"step {self._in_flight.step}"
             raise PagedKVError(f"update() records the step in flight ({want}); got step "
                                f"{getattr(out, 'step', out)!r:.40}: each scheduled step is recorded once, in order")
-        if not isinstance(sampled, dict) or not all(isinstance(t, (list, tuple)) for t in sampled.values()):
-            raise PagedKVError(f"sampled must map sequence ids to lists of token ids (a ModelRunnerOutput's "
-                               f"sampled_token_ids), got {sampled!r:.80}")
-        bad = [t for toks in sampled.values() for t in toks if type(t) is not int or t < 0]
-        if bad:
-            raise PagedKVError(f"sampled token ids must be ints >= 0, got {bad[:3]!r}")
-        missing = [c.seq_id for c in out.chunks if c.sample and len(sampled.get(c.seq_id, ())) != c.num_samples]
-        extra = set(sampled) - {c.seq_id for c in out.chunks if c.sample}
-        if missing or extra:
-            raise PagedKVError(f"sampled tokens do not match the step: missing/wrong count for sequences "
-                               f"{missing}, unexpected for {sorted(extra)}")
+        out.check_sampled(sampled)
         self._in_flight = None
         touched: dict = {}
         for c in out.chunks:
