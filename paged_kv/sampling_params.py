@@ -20,12 +20,14 @@ class SamplingParams:
     """How one request picks its tokens (field names as in vLLM's ``SamplingParams``).
 
     Attributes:
-        temperature: ``0`` means greedy (argmax); otherwise logits are divided by it (> 0).
+        temperature: ``0`` means greedy (argmax); otherwise logits are divided by it (> 0, any
+            finite value: a tiny one approaches greedy, as the limit T -> 0 is; :func:`sample`
+            computes it without overflow).
         top_k: keep only the k most likely tokens, >= 1 (``None``: all).
         top_p: keep the smallest set of tokens whose probability reaches ``top_p``
             (Holtzman et al. 2020), in ``(0, 1]``.
-        seed: the request's seed, an int >= 0; sample ``i`` draws from :func:`sample_generator`
-            ``(seed, i)``.  Required when ``temperature > 0`` (no run is silently unseeded);
+        seed: the request's seed, an int from 0 to ``2**64 - n`` (sample ``i`` draws from
+            :func:`sample_generator` ``(seed, i)``, and a torch generator takes seeds below 2**64).  Required when ``temperature > 0`` (no run is silently unseeded);
             ignored when greedy.
         n: samples per request, >= 1 (parallel sampling, vLLM paper §4.4): with the paged cache
             they share the prompt's blocks.  Greedy ``n > 1`` would give ``n`` identical copies, so
@@ -34,7 +36,8 @@ class SamplingParams:
             byte-level model has no end-of-sequence token).  :func:`paged_kv.decoding.generate`
             takes its own ``max_new_tokens`` instead.
         frequency_penalty: subtracted from a token's logit once per time the sample has already
-            generated it (OpenAI's and vLLM's definition; prompt tokens do not count), >= 0.
+            generated it (OpenAI's and vLLM's definition and range, -2 to 2; prompt tokens do not
+            count; a negative one favours repeats).
 
     Raises:
         ConfigError: a field outside the range given above (the message names it), sampling
@@ -56,11 +59,15 @@ class SamplingParams:
             fix("top_k", count("top_k (or None)", self.top_k, 1))
         if self.top_p is not None:
             fix("top_p", real("top_p (or None)", self.top_p, 0.0, 1.0, low_open=True))
+        fix("n", count("n (samples per request)", self.n, 1))
         if self.seed is not None:
             fix("seed", count("seed (or None)", self.seed, 0))
-        fix("n", count("n (samples per request)", self.n, 1))
+            if self.seed + self.n - 1 >= 2 ** 64:
+                raise ConfigError(f"seed {self.seed} is too large: sample i draws with seed + i, and with "
+                                  f"n = {self.n} that must stay below 2**64 (a torch generator's range)")
         fix("max_tokens", count("max_tokens", self.max_tokens, 1))
-        fix("frequency_penalty", real("frequency_penalty", self.frequency_penalty, 0.0))
+        fix("frequency_penalty", real("frequency_penalty (OpenAI's range, -2 to 2)", self.frequency_penalty,
+                                      -2.0, 2.0))
         if not self.greedy and self.seed is None:
             raise ConfigError(f"sampling with temperature {self.temperature} needs a seed "
                               f"(SamplingParams(..., seed=0)): no run is silently unseeded")

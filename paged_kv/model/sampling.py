@@ -66,7 +66,11 @@ def sample(logits: torch.Tensor, params: SamplingParams,
     if generators is None or len(generators) != logits.shape[0]:
         got = "none" if generators is None else len(generators)
         raise ConfigError(f"sampling needs one torch.Generator per row: {logits.shape[0]} rows, {got} given")
-    scores = logits.float() / params.temperature
+    # (logits - max) / T in float64: the best score is 0 and the rest <= 0, so nothing overflows however
+    # small T is; as T -> 0 every token but the argmax(es) goes to -inf: the greedy limit, reached
+    # smoothly (a plain logits / T overflows float32 below T ~ 1e-37 and gives NaN).
+    x = logits.double()
+    scores = (x - x.max(dim=-1, keepdim=True).values) / params.temperature
     if params.top_k is not None and params.top_k < scores.shape[-1]:
         kth = torch.topk(scores, params.top_k, dim=-1).values[:, -1:]
         scores = scores.masked_fill(scores < kth, float("-inf"))
@@ -74,9 +78,10 @@ def sample(logits: torch.Tensor, params: SamplingParams,
         sorted_scores, order = torch.sort(scores, dim=-1, descending=True)
         probs = torch.softmax(sorted_scores, dim=-1)
         before = torch.cumsum(probs, dim=-1) - probs  # mass strictly before each token
-        drop_sorted = before >= params.top_p  # the first token is always kept
+        drop_sorted = before >= params.top_p
+        drop_sorted[:, 0] = False             # the most likely token is always kept, whatever top_p
         drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
         scores = scores.masked_fill(drop, float("-inf"))
-    probs = torch.softmax(scores, dim=-1).cpu()
+    probs = torch.softmax(scores, dim=-1).float().cpu()
     picks = [torch.multinomial(probs[b], 1, generator=g) for b, g in enumerate(generators)]
     return torch.cat(picks).to(logits.device)
