@@ -38,6 +38,13 @@ class SamplingParams:
         frequency_penalty: subtracted from a token's logit once per time the sample has already
             generated it (OpenAI's and vLLM's definition and range, -2 to 2; prompt tokens do not
             count; a negative one favours repeats).
+        stop: strings that end a sample when its text contains one (they may span tokens, and
+            bytes of one character); the text is cut before it unless
+            ``include_stop_str_in_output``.  A str or a sequence of non-empty strs (vLLM's
+            ``stop``); checked by the engine, which has the tokenizer.
+        stop_token_ids: token ids that end a sample when sampled (the token is kept in the
+            output, as vLLM keeps it), checked by the scheduler.
+        include_stop_str_in_output: keep the stop string at the end of the text (default off).
 
     Raises:
         ConfigError: a field outside the range given above (the message names it), sampling
@@ -51,6 +58,9 @@ class SamplingParams:
     n: int = 1
     max_tokens: int = 16
     frequency_penalty: float = 0.0
+    stop: tuple[str, ...] = ()
+    stop_token_ids: tuple[int, ...] = ()
+    include_stop_str_in_output: bool = False
 
     def __post_init__(self) -> None:
         fix = lambda name, value: object.__setattr__(self, name, value)  # frozen dataclass
@@ -68,6 +78,15 @@ class SamplingParams:
         fix("max_tokens", count("max_tokens", self.max_tokens, 1))
         fix("frequency_penalty", real("frequency_penalty (OpenAI's range, -2 to 2)", self.frequency_penalty,
                                       -2.0, 2.0))
+        stop = (self.stop,) if isinstance(self.stop, str) else self.stop
+        if stop is None or not hasattr(stop, "__iter__") or not all(isinstance(s, str) and s for s in stop):
+            raise ConfigError(f"stop must be a str or a sequence of non-empty strs, got {self.stop!r:.80}")
+        fix("stop", tuple(stop))
+        if isinstance(self.stop_token_ids, (str, bytes)) or not hasattr(self.stop_token_ids, "__iter__"):
+            raise ConfigError(f"stop_token_ids must be a sequence of token ids, got {self.stop_token_ids!r:.80}")
+        fix("stop_token_ids", tuple(count("a stop token id", t, 0) for t in self.stop_token_ids))
+        if not isinstance(self.include_stop_str_in_output, bool):
+            raise ConfigError(f"include_stop_str_in_output must be True or False, got {self.include_stop_str_in_output!r}")
         if not self.greedy and self.seed is None:
             raise ConfigError(f"sampling with temperature {self.temperature} needs a seed "
                               f"(SamplingParams(..., seed=0)): no run is silently unseeded")

@@ -147,6 +147,9 @@ class LLMEngine:
             f"arrival (s on the engine's clock, now {self.clock:g})", arrival, high=self.clock)
         if adapter is not None and adapter not in self._adapters:
             raise ConfigError(f"adapter {adapter!r} is not loaded (loaded: {sorted(self._adapters)})")
+        if params.stop and self.tokenizer is None:
+            raise ConfigError(f"stop strings {params.stop!r} need text: give the engine a tokenizer "
+                              f"(or stop on token ids, stop_token_ids)")
         if cache_salt is not None and (not isinstance(cache_salt, str) or not cache_salt):
             raise ConfigError(f"cache_salt must be a non-empty str (as vLLM requires), got {cache_salt!r}")
         uid, shift = self._adapters[adapter] if adapter is not None else (None, 0)
@@ -170,8 +173,59 @@ class LLMEngine:
         out = self.scheduler.schedule()                         # 1. schedule: the step as data
         result = self.runner.execute(out)                       # 2-4. swaps and copies, forward, sample
         self._account(out, result)                              # the clock; queues and pool as scheduled
-        done = self.scheduler.update(out, result.sampled_token_ids)    # 5. record the tokens, free the finished
-        return self._report(out, done)
+        done = self.scheduler.update(out, result.sampled_token_ids, result.failed)   # 5. record, free the finished
+        done += self._check_stop_strings(out)
+        produced = {c.request_id for c in out.chunks if c.seq_id in result.sampled_token_ids}
+        return self._report(out, done, produced)
+
+    def abort_request(self, request_id) -> RequestOutput:
+        """End a request now, in any state (waiting, prefilling, running, preempted, swapped out, a
+        group of samples sharing blocks), as vLLM's ``abort_request`` does: its blocks are freed
+        once each (full cached blocks stay cached), and its output is finished with reason
+        ``"abort"``.  Aborting a finished request changes nothing.  Returns its output.
+
+        Raises:
+            PagedKVError: an unknown request id.
+        """
+        o = self.output(request_id)
+        if not o.finished:
+            self.scheduler.finish_request(request_id, "abort")
+            o.finish = self.clock
+        return o
+
+    def _check_stop_strings(self, out: SchedulerOutput) -> list[Request]:
+        """End every sample of this step whose text now contains a stop string (vLLM checks them
+        in its output processor, which has the detokenizer; the scheduler only sees token ids).
+        Returns the requests this ended."""
+        done = []
+        for rid in dict.fromkeys(c.request_id for c in out.chunks if c.sample):
+            req = self.scheduler.requests[rid]
+            p = req.sampling_params
+            if p is None or not p.stop or req.finish_reason is not None:
+                continue
+            o = self._output(rid)
+            for seq in req.seqs:
+                if seq.index in o.stop_at or seq.finish_reason not in (None, "length"):
+                    continue
+                text = self.tokenizer.decode(seq.output, final=False)
+                hits = [(text.find(s), s) for s in p.stop if s in text]
+                if not hits:
+                    continue
+                at, s = min(hits)
+                o.stop_at[seq.index] = at + len(s) if p.include_stop_str_in_output else at
+                if seq.finish_reason is None:               # still generating: it ends now
+                    if self.scheduler.finish_sample(rid, seq.index, "stop"):
+                        done.append(req)
+                else:                                       # its last token completed the string
+                    seq.finish_reason = "stop"
+        return done
+
+    def _output(self, rid) -> RequestOutput:
+        """The output of ``rid``, made for a request added to the scheduler directly."""
+        if rid not in self._outputs:
+            req = self.scheduler.requests[rid]
+            self._outputs[rid] = RequestOutput(rid, req.prompt, req, arrival=req.arrival)
+        return self._outputs[rid]
 
     def _account(self, out: SchedulerOutput, result: ModelRunnerOutput) -> None:
         sch, st = self.scheduler, self.stats
@@ -188,8 +242,9 @@ class LLMEngine:
         st.preempted_now.append(len(out.preempted))
         st.step_s.append(result.seconds)
         st.prefix_queries, st.prefix_hits = sch.prefix_queries, sch.prefix_hits
+        st.preempted_prefix_queries, st.preempted_prefix_hits = sch.preempted_prefix_queries, sch.preempted_prefix_hits
 
-    def _report(self, out: SchedulerOutput, done: list[Request]) -> list[RequestOutput]:
+    def _report(self, out: SchedulerOutput, done: list[Request], produced: set) -> list[RequestOutput]:
         sch, st = self.scheduler, self.stats
         st.finished.append(len(done))
         st.preemptions, st.recomputes, st.swaps = sch.num_preemptions, sch.num_recomputes, sch.num_swaps
@@ -200,16 +255,14 @@ class LLMEngine:
             self._evicted_seen += len(evicted)
             self.records.append(step_record(sch, st.steps, self.clock, describe(out, done), out.hit_blocks, evicted))
         result = []
-        for rid in sorted({c.request_id for c in out.chunks if c.sample}, key=lambda r: sch.requests[r].order):
-            req = sch.requests[rid]
-            if rid not in self._outputs:         # added to the scheduler directly, not by add_request
-                self._outputs[rid] = RequestOutput(rid, req.prompt, req, arrival=req.arrival)
-            o = self._outputs[rid]
-            if math.isnan(o.first_token):
-                o.first_token = self.clock
-            else:
-                o.max_itl = max(o.max_itl, self.clock - o.last_token)
-            o.last_token = self.clock
+        for rid in sorted(produced | {r.request_id for r in done}, key=lambda r: sch.requests[r].order):
+            req, o = sch.requests[rid], self._output(rid)
+            if rid in produced:
+                if math.isnan(o.first_token):
+                    o.first_token = self.clock
+                else:
+                    o.max_itl = max(o.max_itl, self.clock - o.last_token)
+                o.last_token = self.clock
             o.preemptions = req.preemptions
             if req.finished:
                 o.finish = self.clock

@@ -24,9 +24,10 @@ class EngineStats:
         usage"); running, waiting, swapped: per step, queue lengths (requests) after scheduling;
         admitted, finished, preempted_now: per step, requests admitted or resumed, finished,
         preempted in it; step_s: per step, its duration (s).
-        prefix_queries, prefix_hits: prompt tokens looked up in the prefix cache at admissions, and
-            found there (each admission once, re-admissions after a preemption included); the
-            found ones are prefill tokens saved.
+        prefix_queries, prefix_hits: prompt tokens looked up in the prefix cache at requests' first
+            admissions, and found there; preempted_prefix_queries, preempted_prefix_hits: the same
+            at re-admissions after a recompute preemption (apart, as vLLM counts them). Hits of
+            both kinds are prefill tokens saved.
     """
 
     steps: int = 0
@@ -47,6 +48,8 @@ class EngineStats:
     step_s: list[float] = field(default_factory=list)
     prefix_queries: int = 0
     prefix_hits: int = 0
+    preempted_prefix_queries: int = 0
+    preempted_prefix_hits: int = 0
 
     def __repr__(self) -> str:
         """The counters, and each per-step list as its length (``print(engine.stats)`` stays short;
@@ -60,7 +63,7 @@ class EngineStats:
 
     @property
     def prefix_hit_rate(self) -> float:
-        """Prompt tokens found in the prefix cache / looked up (``nan`` before any lookup)."""
+        """First admissions only (vLLM's hit rate): hits / queries; ``nan`` before any lookup."""
         return self.prefix_hits / self.prefix_queries if self.prefix_queries else math.nan
 
     @property

@@ -30,7 +30,10 @@ class RequestOutput:
             its consecutive tokens (s; inter-token latency, ITL, as vLLM's metrics call it), where a
             preemption shows as one long stall.
         token_ids: (property) per sample, the tokens generated so far; ``text``: the same decoded
-            (``None`` without a tokenizer).
+            (``None`` without a tokenizer), cut at a stop string.
+        finish_reason: (property) per sample, ``None`` while it generates, then ``"length"``,
+            ``"stop"``, ``"abort"`` or ``"error"`` (vLLM's reasons); ``error``: the error's text.
+        stop_at: per sample index, where its text ends (characters) when a stop string ended it.
     """
 
     request_id: Hashable
@@ -43,6 +46,17 @@ class RequestOutput:
     preemptions: int = 0
     last_token: float = math.nan
     max_itl: float = 0.0
+    stop_at: dict = field(default_factory=dict)
+
+    @property
+    def finish_reason(self) -> list[str | None]:
+        req = self.request
+        reasons = [s.finish_reason for s in sorted(req.seqs, key=lambda s: s.index)]
+        return reasons + [req.finish_reason] * (req.n - len(reasons))    # samples never forked
+
+    @property
+    def error(self) -> str | None:
+        return self.request.error
 
     @property
     def finished(self) -> bool:
@@ -55,7 +69,10 @@ class RequestOutput:
 
     @property
     def text(self) -> list[str] | None:
-        return None if self.tokenizer is None else [self.tokenizer.decode(t) for t in self.token_ids]
+        if self.tokenizer is None:
+            return None
+        texts = [self.tokenizer.decode(t) for t in self.token_ids]
+        return [t[:self.stop_at[i]] if i in self.stop_at else t for i, t in enumerate(texts)]
 
     @property
     def cached_tokens(self) -> list[int]:

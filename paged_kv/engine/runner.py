@@ -50,11 +50,15 @@ class ModelRunnerOutput:
         seconds: how long the step took (wall clock for the model, modelled for a timing model).
         logits: per sequence id that sampled, the logits it sampled from, ``[V]`` fp32 (empty
             for the timing model).
+        failed: request id -> the error (type and message) that its part of the step raised; such
+            a request has nothing in ``sampled_token_ids``, and the scheduler ends it with
+            ``"error"`` while the rest of the step counts.
     """
 
     sampled_token_ids: dict[int, list[int]]
     seconds: float
     logits: dict[int, torch.Tensor] = field(default_factory=dict)
+    failed: dict = field(default_factory=dict)
 
 
 def is_decode(chunk: Chunk) -> bool:
@@ -103,23 +107,52 @@ class ModelRunner:
         self.cache.swap_in(out.swap_in)
         self.cache.copy_blocks(out.copies, self.backend)
         result = ModelRunnerOutput({}, 0.0)
-        vocab = self.model.cfg.vocab_size
-        for phase in ("prefill", "decode"):
-            chunks = [c for c in out.chunks if is_decode(c) == (phase == "decode")]
-            if not chunks:
-                continue
-            rows = [BatchRow([(t + c.adapter_shift) % vocab for t in c.token_ids], c.start, c.slot_mapping,
-                             c.block_table) for c in chunks]
-            batch = prepare_paged_batch(rows, phase, self.model.device)
-            logits = run_paged_batch(self.model, self.cache, batch, self.backend)      # (B, V)
-            for b, c in enumerate(chunks):
-                if c.sample:
-                    result.logits[c.seq_id] = logits[b]
-                    result.sampled_token_ids[c.seq_id] = self._sample(logits[b:b + 1], c)
+        saved = {k: g.get_state() for k, g in self._gens.items()}
+        try:
+            self._forward_and_sample(out.chunks, result)
+        except Exception:
+            # Find whose part failed: put the generators back as they were before the step (so a
+            # retry draws from the same states), then run each request's chunks alone.  Rewriting a slot writes
+            # the same K/V; a failed request's slots are freed with it.
+            result = ModelRunnerOutput({}, 0.0)
+            self._restore(saved)
+            for rid in dict.fromkeys(c.request_id for c in out.chunks):
+                part = ModelRunnerOutput({}, 0.0)
+                before = {k: g.get_state() for k, g in self._gens.items()}
+                try:
+                    self._forward_and_sample([c for c in out.chunks if c.request_id == rid], part)
+                except Exception as e:
+                    self._restore(before)
+                    result.failed[rid] = f"{type(e).__name__}: {e}"
+                else:
+                    result.sampled_token_ids.update(part.sampled_token_ids)
+                    result.logits.update(part.logits)
         if self.model.device.type == "cuda":
             torch.cuda.synchronize()
         result.seconds = time.perf_counter() - t0
         return result
+
+    def _forward_and_sample(self, chunks: list[Chunk], result: ModelRunnerOutput) -> None:
+        """The forward pass (prefill chunks, then decode tokens) and the sampling of ``chunks``."""
+        vocab = self.model.cfg.vocab_size
+        for phase in ("prefill", "decode"):
+            part = [c for c in chunks if is_decode(c) == (phase == "decode")]
+            if not part:
+                continue
+            rows = [BatchRow([(t + c.adapter_shift) % vocab for t in c.token_ids], c.start, c.slot_mapping,
+                             c.block_table) for c in part]
+            batch = prepare_paged_batch(rows, phase, self.model.device)
+            logits = run_paged_batch(self.model, self.cache, batch, self.backend)      # (B, V)
+            for b, c in enumerate(part):
+                if c.sample:
+                    result.logits[c.seq_id] = logits[b]
+                    result.sampled_token_ids[c.seq_id] = self._sample(logits[b:b + 1], c)
+
+    def _restore(self, states: dict) -> None:
+        """Put the generators back as they were (and drop the ones made since)."""
+        self._gens = {k: g for k, g in self._gens.items() if k in states}
+        for k, state in states.items():
+            self._gens[k].set_state(state)
 
     def _sample(self, logits: torch.Tensor, c: Chunk) -> list[int]:
         """One token for the chunk's sequence, or for a fresh leader one per sample

@@ -125,9 +125,10 @@ class SchedulerOutput:
     def empty(self) -> bool:
         return not self.chunks
 
-    def check_sampled(self, sampled) -> None:
+    def check_sampled(self, sampled, skip=frozenset()) -> None:
         """Check a runner's result against this step before anything records it: a dict from the id
-        of every sampling chunk's sequence to ``num_samples`` token ids (ints >= 0), nothing else.
+        of every sampling chunk's sequence to ``num_samples`` token ids (ints >= 0), nothing else
+        (the chunks of the requests in ``skip``, whose part of the step failed, need none).
 
         Raises:
             PagedKVError: naming what does not match.
@@ -138,8 +139,9 @@ class SchedulerOutput:
         bad = [t for toks in sampled.values() for t in toks if type(t) is not int or t < 0]
         if bad:
             raise PagedKVError(f"sampled token ids must be ints >= 0, got {bad[:3]!r}")
-        missing = [c.seq_id for c in self.chunks if c.sample and len(sampled.get(c.seq_id, ())) != c.num_samples]
-        extra = set(sampled) - {c.seq_id for c in self.chunks if c.sample}
+        chunks = [c for c in self.chunks if c.request_id not in skip]
+        missing = [c.seq_id for c in chunks if c.sample and len(sampled.get(c.seq_id, ())) != c.num_samples]
+        extra = set(sampled) - {c.seq_id for c in chunks if c.sample}
         if missing or extra:
             raise PagedKVError(f"sampled tokens do not match step {self.step}: missing or a wrong count for "
                                f"sequences {missing}, unexpected for {sorted(extra)}")

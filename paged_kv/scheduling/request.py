@@ -39,6 +39,9 @@ class Sequence:
         prompt_len: tokens of the prompt.
         num_computed: tokens whose K/V are in the cache (0 after a recompute preemption).
         index: which of the request's ``n`` samples it is (its generator is seed + index).
+        finish_reason: ``None`` while it generates; then why it stopped, as vLLM names it:
+            ``"length"`` (``max_tokens``), ``"stop"`` (a stop token or string), ``"abort"``,
+            ``"error"``.
     """
 
     seq_id: int
@@ -46,6 +49,11 @@ class Sequence:
     prompt_len: int
     num_computed: int = 0
     index: int = 0
+    finish_reason: str | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.finish_reason is not None
 
     @property
     def output(self) -> list[int]:
@@ -85,8 +93,10 @@ class Request:
         cache_hits: per admission (the first, then each after a recompute preemption), the prompt
             tokens found in the prefix cache.
         sampling_params: how its tokens are picked, carried to the runner in every chunk
-            (``None``: greedy; the bookkeeping itself reads only ``n`` and ``max_tokens``).
+            (``None``: greedy; the bookkeeping reads ``n``, ``max_tokens`` and ``stop_token_ids``).
         adapter_shift: its adapter's token shift (0: none), carried to the runner likewise.
+        finish_reason, error: set when the whole request ends early (``"abort"``, or ``"error"``
+            with the error's text); its samples' own reasons are on the sequences.
     """
 
     request_id: Hashable
@@ -103,6 +113,8 @@ class Request:
     cache_hits: list[int] = field(default_factory=list)
     sampling_params: SamplingParams | None = None
     adapter_shift: int = 0
+    finish_reason: str | None = None
+    error: str | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.prompt, (str, bytes)) or not hasattr(self.prompt, "__iter__"):
@@ -126,8 +138,9 @@ class Request:
 
     @property
     def finished(self) -> bool:
-        """Whether all ``n`` sequences have their ``max_tokens`` tokens."""
-        return len(self.seqs) == self.n and all(s.num_generated >= self.max_tokens for s in self.seqs)
+        """Whether it has ended: every one of its ``n`` samples finished, or the request was ended
+        early (aborted, or failed)."""
+        return self.finish_reason is not None or (len(self.seqs) == self.n and all(s.finished for s in self.seqs))
 
     @property
     def leader(self) -> Sequence | None:
@@ -135,7 +148,7 @@ class Request:
         still generating (sample 0 unless it finished before a sibling, as a tight token budget can
         make happen after a recompute); ``None`` before the request has sequences."""
         for s in self.seqs:
-            if s.num_generated < self.max_tokens:
+            if not s.finished:
                 return s
         return self.seqs[0] if self.seqs else None
 
@@ -143,6 +156,15 @@ class Request:
     def outputs(self) -> list[list[int]]:
         """The tokens each sample generated so far, in sample order."""
         return [s.output for s in sorted(self.seqs, key=lambda s: s.index)]
+
+    def note_token(self, seq: Sequence) -> None:
+        """``seq`` has just been given a sampled token: it finishes on a stop token id (``"stop"``)
+        or at ``max_tokens`` (``"length"``), as vLLM's scheduler checks after each step."""
+        p = self.sampling_params
+        if p is not None and seq.tokens[-1] in p.stop_token_ids:
+            seq.finish_reason = "stop"
+        elif seq.num_generated >= self.max_tokens:
+            seq.finish_reason = "length"
 
     def stored_tokens(self) -> int:
         """Tokens each sequence holds in the cache at its end: prompt + max_tokens - 1 (the last
@@ -166,8 +188,8 @@ class Request:
         """The sequences holding blocks: every unfinished sample once forked, else the leader
         alone (finished samples have given theirs back)."""
         if self.forked:
-            return [s for s in self.seqs if s.num_generated < self.max_tokens]
-        return [self.leader] if self.leader is not None else []
+            return [s for s in self.seqs if not s.finished]
+        return [self.leader] if self.leader is not None and not self.leader.finished else []
 
     def lifetime_blocks(self, block_size: int) -> int:
         """Blocks its samples hold at their peak (:func:`~paged_kv.blocks.group_blocks_needed`)."""
@@ -188,14 +210,14 @@ class Request:
         prefill target before the group forks, every unfinished sample's pending tokens after.
         With ``chunked`` off a sequence runs all its pending tokens or none."""
         if self.forked:
-            seqs = [s for s in self.seqs if len(s.tokens) - s.prompt_len < self.max_tokens]
+            seqs = [s for s in self.seqs if s.finish_reason is None]
         else:
             seqs = [self.leader]
             target = self.prefill_target
         out = []
         for seq in seqs:
             pending = (len(seq.tokens) if self.forked else target) - seq.num_computed
-            if pending <= 0 or seq.num_generated >= self.max_tokens:
+            if pending <= 0 or seq.finish_reason is not None:
                 continue
             take = min(pending, budget) if chunked else (pending if pending <= budget else 0)
             if take:

@@ -53,9 +53,11 @@ class Scheduler:
         finished: requests done, in finishing order.
         num_preemptions, num_recomputes, num_swaps, num_swapped_blocks: counters (blocks moved
             out, each shared block once).
-        prefix_queries, prefix_hits: prompt tokens looked up in the prefix cache at admissions, and
-            found there (vLLM's prefix-cache queries and hits); re-admissions after a preemption
-            count too (vLLM's ``PrefixCacheStats`` counts them apart).
+        prefix_queries, prefix_hits: prompt tokens looked up in the prefix cache at first
+            admissions, and found there (vLLM's ``PrefixCacheStats.queries``/``hits``).
+        preempted_prefix_queries, preempted_prefix_hits: the same at re-admissions after a
+            recompute preemption, counted apart as vLLM does (``preempted_queries``/``hits``): a
+            request re-finding its own blocks says nothing about sharing.
     """
 
     def __init__(self, config: SchedulerConfig) -> None:
@@ -67,6 +69,7 @@ class Scheduler:
                                          enable_prefix_caching=config.enable_prefix_caching,
                                          hash_fn=config.prefix_caching_hash_algo)
         self.prefix_queries = self.prefix_hits = 0
+        self.preempted_prefix_queries = self.preempted_prefix_hits = 0
         self._hashes: dict[int, list] = {}     # per sequence: its full blocks' chained hashes
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
@@ -203,11 +206,14 @@ class Scheduler:
         self._in_flight = out
         return out
 
-    def update(self, out: SchedulerOutput, sampled: dict[int, list[int]]) -> list[Request]:
+    def update(self, out: SchedulerOutput, sampled: dict[int, list[int]],
+               failed: dict | None = None) -> list[Request]:
         """Record that ``out`` ran: its chunks' tokens are computed, ``sampled[seq_id]`` holds the
         tokens sampled from each chunk with ``sample`` (``num_samples`` of them, one per sample, for
-        a fresh leader).  Finished sequences give their blocks back.  Returns the requests that
-        finished.
+        a fresh leader).  ``failed``: request id -> the error that stopped its part of the step (a
+        runner's :attr:`~paged_kv.engine.runner.ModelRunnerOutput.failed`): those requests record
+        nothing of the step (their K/V is not trusted, nor cached) and end with ``"error"``.
+        Finished sequences give their blocks back.  Returns the requests that finished.
 
         Raises:
             PagedKVError: ``out`` is not the step in flight (a stale, repeated or foreign step); a
@@ -218,10 +224,16 @@ class Scheduler:
             want = "no step" if self._in_flight is None else f"step {self._in_flight.step}"
             raise PagedKVError(f"update() records the step in flight ({want}); got step "
                                f"{getattr(out, 'step', out)!r:.40}: each scheduled step is recorded once, in order")
-        out.check_sampled(sampled)
+        failed = dict(failed or {})
+        unknown = set(failed) - {c.request_id for c in out.chunks}
+        if unknown:
+            raise PagedKVError(f"failed names requests that are not in step {out.step}: {sorted(map(repr, unknown))}")
+        out.check_sampled(sampled, skip=set(failed))
         self._in_flight = None
         touched: dict = {}
         for c in out.chunks:
+            if c.request_id in failed:
+                continue
             req = self.requests[c.request_id]
             seq = _find(req, c.seq_id)
             seq.num_computed = c.seq_len
@@ -233,29 +245,100 @@ class Scheduler:
                 toks = sampled[c.seq_id]
                 if c.num_samples > 1:                          # a fresh leader: the samples fork now
                     for i, tok in enumerate(toks[1:], start=1):
-                        self._fork(req, seq, self._new_seq(list(req.prompt) + [tok], req.prompt_len, i))
+                        child = self._new_seq(list(req.prompt) + [tok], req.prompt_len, i)
+                        self._fork(req, seq, child)
+                        req.note_token(child)
                     req.forked = True
                 seq.tokens.append(toks[0])
+                req.note_token(seq)
             elif not req.forked and len(req.seqs) > 1 and seq is req.leader \
                     and seq.num_computed == req.prompt_len:
                 for child in req.seqs:            # a resumed group: fork again at the prompt's end
-                    if child is not seq and child.num_generated < req.max_tokens:
+                    if child is not seq and not child.finished:
                         self._fork(req, seq, child)
                 req.forked = True
-        done = []
-        for req in touched.values():
-            ended = [s for s in req.seqs if s.num_generated >= req.max_tokens and s.seq_id in self.manager]
-            for seq in ended:
-                self.manager.free(seq.seq_id)
-            if ended and req.finished and req.status == RUNNING:
-                req.status = FINISHED
-                self.running.remove(req)
-                self.finished.append(req)
-                self._carry.finished_req_ids.append(req.request_id)
-                done.append(req)
-                for s in req.seqs:
-                    self._hashes.pop(s.seq_id, None)
+        done = [self._end(req) for req in touched.values() if self._free_finished(req)]
+        for rid, error in failed.items():
+            done.append(self.finish_request(rid, "error", error, _in_step=True))
         return done
+
+    def finish_request(self, request_id, reason: str = "abort", error: str | None = None, *,
+                       _in_step: bool = False) -> Request:
+        """End a request early, whatever its state (waiting, prefilling, running, swapped out, a
+        group sharing blocks): every block it holds is freed once (full cached blocks stay cached
+        for others), its unfinished samples get ``reason``, and it leaves its queue.  ``reason``:
+        ``"abort"`` (vLLM's ``abort_request``), ``"error"`` (with ``error``, its text) or ``"stop"``
+        (one sample reached a stop string: use :meth:`finish_sample`).  A finished request is left
+        as it is.  Returns the request.
+
+        Raises:
+            PagedKVError: an unknown request, a step in flight, or an unknown reason.
+        """
+        if reason not in ("abort", "error"):
+            raise PagedKVError(f"a request ends early by 'abort' or 'error', got {reason!r}")
+        if self._in_flight is not None and not _in_step:
+            raise PagedKVError(f"step {self._in_flight.step} is in flight: end a request between steps")
+        req = self._request(request_id)
+        if req.status == FINISHED:
+            return req
+        for s in req.seqs:
+            if s.seq_id in self.manager:      # its GPU blocks, or its CPU blocks if swapped out
+                self.manager.free(s.seq_id)
+            if s.finish_reason is None:
+                s.finish_reason = reason
+        req.finish_reason, req.error = reason, error
+        queue = {WAITING: self.waiting, RUNNING: self.running, SWAPPED: self.swapped}[req.status]
+        queue.remove(req)
+        return self._end(req)
+
+    def finish_sample(self, request_id, index: int, reason: str = "stop") -> bool:
+        """End sample ``index`` of a running request between steps (the engine found a stop string in
+        its text); its blocks are freed (shared ones lose a holder) and, if it was the last sample
+        generating, the request finishes.  Returns whether the request finished.
+
+        Raises:
+            PagedKVError: an unknown request, no such sample, a request not running, or a step in
+                flight.
+        """
+        if self._in_flight is not None:
+            raise PagedKVError(f"step {self._in_flight.step} is in flight: end a sample between steps")
+        req = self._request(request_id)
+        seq = next((s for s in req.seqs if s.index == index), None)
+        if seq is None or req.status != RUNNING:
+            raise PagedKVError(f"request {request_id!r} has no running sample {index} ({req.status})")
+        if seq.finish_reason is None:
+            seq.finish_reason = reason
+        if self._free_finished(req):
+            self._end(req)
+        return req.status == FINISHED
+
+    def _free_finished(self, req: Request) -> bool:
+        """Free the blocks of ``req``'s finished samples; returns whether the request has ended."""
+        for s in req.seqs:
+            if s.finished and s.seq_id in self.manager:
+                self.manager.free(s.seq_id)
+        return req.finished and req.status == RUNNING
+
+    def _end(self, req: Request) -> Request:
+        """``req`` has ended: off the running queue (the caller took it off any other), into
+        ``finished``, and named to the runner in the next step's ``finished_req_ids``."""
+        if req in self.running:
+            self.running.remove(req)
+        req.status = FINISHED
+        self.finished.append(req)
+        self._carry.finished_req_ids.append(req.request_id)
+        for s in req.seqs:
+            self._hashes.pop(s.seq_id, None)
+        return req
+
+    def _request(self, request_id) -> Request:
+        try:
+            req = self.requests.get(request_id)
+        except TypeError:
+            raise PagedKVError(f"request ids are hashable, got {request_id!r}") from None
+        if req is None:
+            raise PagedKVError(f"no request {request_id!r}")
+        return req
 
     def choose_victim(self, candidates: list[Request]) -> Request:
         """The request to preempt among ``candidates``, the running requests not yet scheduled in this
@@ -278,13 +361,9 @@ class Scheduler:
             raise ConfigError(f"mode must be one of {PREEMPTION_MODES}, got {mode!r}")
         if self._in_flight is not None:
             raise PagedKVError(f"step {self._in_flight.step} is in flight: preempt between steps, after update()")
-        try:
-            req = self.requests.get(request_id)
-        except TypeError:
-            raise PagedKVError(f"request ids are hashable, got {request_id!r}") from None
-        if req is None or req.status != RUNNING:
-            state = "unknown" if req is None else req.status
-            raise PagedKVError(f"request {request_id!r} is not running ({state}); only a running one is preempted")
+        req = self._request(request_id)
+        if req.status != RUNNING:
+            raise PagedKVError(f"request {request_id!r} is not running ({req.status}); only a running one is preempted")
         self.running.remove(req)
         self._preempt(req, self._carry, mode)
         self._carry.preempted.clear()
@@ -347,8 +426,12 @@ class Scheduler:
         if c.enable_prefix_caching:
             saved = len(hit) * c.block_size
             req.leader.num_computed = saved
-            self.prefix_queries += tokens
-            self.prefix_hits += saved
+            if req.preemptions:                # a re-admission: it may re-find its own blocks
+                self.preempted_prefix_queries += tokens
+                self.preempted_prefix_hits += saved
+            else:
+                self.prefix_queries += tokens
+                self.prefix_hits += saved
             req.cache_hits.append(saved)
             out.cache_hits[req.request_id] = saved
             out.hit_blocks.extend(hit)

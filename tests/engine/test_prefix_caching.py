@@ -106,7 +106,9 @@ def test_issue_hit_accounting_example(tiny):
     (c,) = outs[-1].chunks
     assert (c.start, c.query_len) == (16, 2)
     assert e.output(r2).finished and e.output(r2).cached_tokens == [12, 16]
-    assert (sch.prefix_queries, sch.prefix_hits) == (12 + 7 + 17 + 18, 12 + 16)
+    # first admissions and the re-admission after the preemption are counted apart (as vLLM does)
+    assert (sch.prefix_queries, sch.prefix_hits) == (12 + 7 + 17, 12)
+    assert (sch.preempted_prefix_queries, sch.preempted_prefix_hits) == (18, 16)
     assert e.output(r2).token_ids == uncached(model, R2, SamplingParams(max_tokens=2))
     assert m.num_free_blocks == 6
     sch.check()
@@ -255,3 +257,16 @@ def test_shared_prefix_workload_and_serve_trace_with_prompts():
     assert r.stats.prefix_hits == want
     with pytest.raises(ConfigError, match="prompts must be"):
         serve_trace(w.trace, cfg, IterationTime(), prompts=w.prompts[:-1])
+
+
+def test_the_hit_rate_counts_first_admissions_only(tiny):
+    """Prompts that share nothing, under pressure that preempts by recompute: a re-admitted request
+    re-finds its own blocks, which says nothing about sharing; the hit rate stays 0 and the
+    re-admissions' hits are counted apart."""
+    model, _ = tiny
+    prompts = [[7 + i] + [100 + 10 * i + k for k in range(11)] for i in range(4)]   # no common prefix
+    e = engine(model, num_gpu_blocks=12, max_num_batched_tokens=64, enable_prefix_caching=True)
+    e.generate(prompts, SamplingParams(max_tokens=14))
+    assert e.stats.recomputes > 0 and e.stats.preempted_prefix_hits > 0
+    assert e.stats.prefix_hits == 0 and e.stats.prefix_hit_rate == 0
+    assert e.stats.prefix_queries == sum(len(p) for p in prompts)

@@ -192,7 +192,7 @@ def test_errors_name_the_bad_value():
     with pytest.raises(ConfigError, match="'sometimes'"):
         SchedulerConfig(num_gpu_blocks=4, preemption_mode="sometimes")
     sch = Scheduler(SchedulerConfig(num_gpu_blocks=4))
-    with pytest.raises(PagedKVError, match="'nobody' is not running"):
+    with pytest.raises(PagedKVError, match="no request 'nobody'"):
         sch.preempt("nobody")
     sch.add("a", [1], max_tokens=1)
     with pytest.raises(AdmissionError, match="already in use"):
