@@ -171,7 +171,11 @@ class LLMEngine:
         if not self.scheduler.has_unfinished:
             return []
         out = self.scheduler.schedule()                         # 1. schedule: the step as data
-        result = self.runner.execute(out)                       # 2-4. swaps and copies, forward, sample
+        try:
+            result = self.runner.execute(out)                   # 2-4. swaps and copies, forward, sample
+        except Exception as e:   # outside any one request's part (a swap, a copy): all the step touched
+            touched = {c.request_id for c in out.chunks} | set(out.swapped) | set(out.admitted)
+            result = ModelRunnerOutput({}, 0.0, failed=dict.fromkeys(touched, f"{type(e).__name__}: {e}"))
         self._account(out, result)                              # the clock; queues and pool as scheduled
         done = self.scheduler.update(out, result.sampled_token_ids, result.failed)   # 5. record, free the finished
         done += self._check_stop_strings(out)

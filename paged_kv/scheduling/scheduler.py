@@ -225,7 +225,7 @@ class Scheduler:
             raise PagedKVError(f"update() records the step in flight ({want}); got step "
                                f"{getattr(out, 'step', out)!r:.40}: each scheduled step is recorded once, in order")
         failed = dict(failed or {})
-        unknown = set(failed) - {c.request_id for c in out.chunks}
+        unknown = set(failed) - {c.request_id for c in out.chunks} - set(out.swapped) - set(out.admitted)
         if unknown:
             raise PagedKVError(f"failed names requests that are not in step {out.step}: {sorted(map(repr, unknown))}")
         out.check_sampled(sampled, skip=set(failed))

@@ -221,3 +221,25 @@ def test_a_failing_request_ends_with_an_error_and_the_others_are_served(tiny, mo
     for k in ("a", "c"):
         assert e.output(k).token_ids == want[k], k
     assert whole(e)
+
+
+def test_a_failing_copy_ends_the_step_s_requests_and_the_engine_serves_the_next(tiny, monkeypatch):
+    """A fault outside any one request's part (a copy-on-write copy) ends every request of that step
+    with 'error'; nothing is left held or stuck, and a request added afterwards is served."""
+    model, tok = tiny
+    e = engine(model, tok)
+    real = e.runner.cache.copy_blocks
+
+    def failing(copies, backend="torch"):
+        if copies:
+            raise RuntimeError("copy failed")
+        return real(copies, backend)
+    monkeypatch.setattr(e.runner.cache, "copy_blocks", failing)
+    rid = e.add_request("Thou art,", SamplingParams(n=2, temperature=0.9, seed=2, max_tokens=6))  # 9 tokens: a copy
+    drain(e)
+    assert e.output(rid).finish_reason == ["error", "error"] and "copy failed" in e.output(rid).error
+    assert whole(e)
+    monkeypatch.setattr(e.runner.cache, "copy_blocks", real)
+    later = e.add_request("Thou", SamplingParams(max_tokens=4))
+    drain(e)
+    assert e.output(later).token_ids == solo(model, tok.encode("Thou"), SamplingParams(max_tokens=4))
