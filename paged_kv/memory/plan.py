@@ -81,7 +81,8 @@ class MemoryPlan:
             f"  reserve           {format_bytes(self.reserve_bytes)}",
             f"  KV budget         {format_bytes(self.kv_budget_bytes)}",
             f"  KV per token      {self.kv_bytes_per_token:,} B"
-            + (f", in whole blocks of {self.block_size} tokens" if self.block_size else ""),
+            + (f", in whole blocks of {self.block_size} tokens" if self.block_size and self.block_size > 1
+               else ", in blocks of 1 token" if self.block_size else ""),
             f"  KV, {self.batch_size:,} x {self.seq_len:,} tokens  {format_bytes(self.kv_bytes)} "
             f"= {self.kv_fraction:.1%} of the GPU",
             f"  max tokens        {self.max_tokens:,}",
