@@ -5,6 +5,8 @@ Pure Python (no torch), so the static calculator can run where torch does not.  
 * :mod:`~paged_kv.memory.kv_dtype`: bytes per cached element (fp16, fp8, int8/int4 with scales);
 * :mod:`~paged_kv.memory.spec`: :class:`ModelSpec`, :class:`GPUSpec`, parameter-count formulas;
 * :mod:`~paged_kv.memory.presets`: the cited model and GPU presets, the paper's Table 1;
+* :mod:`~paged_kv.memory.window`: a sliding-window layer's blocks, at one length and at its
+  peak (vLLM v1's rule);
 * :mod:`~paged_kv.memory.ledger`: bytes per token / per sequence / of the weights, per GPU;
 * :mod:`~paged_kv.memory.plan`: :func:`plan_memory`, the largest batch that fits;
 * :mod:`~paged_kv.memory.decode_cost`: bytes and FLOPs of one decode step, arithmetic intensity,
@@ -21,6 +23,7 @@ from .ledger import (as_spec, attention_variant, budget_range_for_slots, layers_
 from .plan import MemoryPlan, max_batch_size, max_tokens, plan_memory
 from .presets import GPU_PRESETS, MODEL_PRESETS, PAPER_FIG1, PAPER_TABLE1, gpu_preset, model_preset, tiny_spec
 from .spec import WEIGHT_DTYPE_BITS, GPUSpec, ModelSpec, weights_dtype_name
+from .window import window_blocks, window_max_blocks, window_peak_blocks
 
 __all__ = [
     "GPU_PRESETS", "GPUSpec", "KVDType", "KV_DTYPES", "MODEL_PRESETS", "MemoryPlan", "ModelSpec", "PAPER_FIG1", "PAPER_TABLE1",
@@ -28,5 +31,5 @@ __all__ = [
     "kv_bytes_per_token_per_layer", "kv_cache_bytes", "kv_heads_per_gpu", "kv_slots", "max_batch_size",
     "max_tokens", "model_preset", "plan_memory", "tiny_spec", "tokens_to_reach", "weights_bytes",
     "weights_dtype_name", "arithmetic_intensity", "ridge_point", "roofline_tokens_per_s", "step_bytes",
-    "step_flops", "weights_read_per_step",
+    "step_flops", "weights_read_per_step", "window_blocks", "window_max_blocks", "window_peak_blocks",
 ]

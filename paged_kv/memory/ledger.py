@@ -4,7 +4,8 @@ Follows the vLLM paper (Kwon et al. 2023, §2-3: "800 KB" per OPT-13B token, Tab
 and how engines lay the cache out: per layer, one K and one V vector of ``head_dim`` elements per
 KV head per token (MHA, GQA, MQA), or one compressed latent of ``kv_lora_rank`` plus the
 decoupled RoPE key of ``qk_rope_head_dim`` elements (MLA, DeepSeek-V2 §2.1 / V3, no factor 2).
-Sliding-window layers keep at most ``sliding_window`` tokens.  Tensor parallelism splits KV heads
+Sliding-window layers keep at most ``sliding_window`` tokens, or, paged, whole blocks
+(:mod:`~paged_kv.memory.window`, vLLM v1's rule).  Tensor parallelism splits KV heads
 over GPUs as vLLM does (each KV head replicated when there are fewer KV heads than GPUs; the MLA
 latent is replicated on every GPU).  Pipeline parallelism (``pp`` stages) splits the *layers*:
 each GPU holds its stage's layers whole, so nothing is replicated; the ledger sizes the busiest
@@ -31,6 +32,7 @@ from ..validate import count
 from .kv_dtype import KVDType, get_kv_dtype
 from .presets import model_preset
 from .spec import WEIGHT_DTYPE_BITS, ModelSpec, weights_dtype_name
+from .window import window_peak_blocks
 
 __all__ = ["as_spec", "attention_variant", "budget_range_for_slots", "layers_per_stage", "kv_bytes_per_token", "kv_bytes_per_token_per_layer", "kv_cache_bytes",
            "kv_heads_per_gpu", "kv_slots", "tokens_to_reach", "weights_bytes"]
@@ -119,21 +121,35 @@ def kv_bytes_per_token(model, kv_dtype: str | KVDType = "fp16", *, tp: int = 1, 
 
 
 def kv_cache_bytes(model, seq_len: int, batch_size: int,
-                   kv_dtype: str | KVDType = "fp16", *, tp: int = 1, pp: int = 1) -> int:
+                   kv_dtype: str | KVDType = "fp16", *, tp: int = 1, pp: int = 1,
+                   block_size: int | None = None) -> int:
     """Bytes of KV cache for ``batch_size`` sequences of ``seq_len`` tokens, on each of
     ``tp`` GPUs.
 
-    Sliding-window layers hold ``min(seq_len, sliding_window)`` tokens (assumes the engine
-    frees what falls out of the window, as a ring buffer or vLLM's hybrid allocator does).
+    Without ``block_size`` (an unpaged count, per token): sliding-window layers hold
+    ``min(seq_len, sliding_window)`` tokens (assumes the engine frees what falls out of the
+    window, as a ring buffer does).
+
+    With ``block_size`` (paging): every layer holds whole blocks of ``block_size`` tokens, a full
+    layer ``ceil(seq_len / BS)``, a sliding layer the most it holds at any length up to
+    ``seq_len`` when vLLM v1's manager frees the blocks wholly outside the window
+    (:func:`~paged_kv.memory.window.window_peak_blocks`, ``ceil(min(T, W + BS - 1) / BS)``): the
+    bytes a pool must set aside for the sequences to reach ``seq_len``.
 
     Raises:
-        ConfigError: a negative length or batch size, or an impossible ``tp``.
+        ConfigError: a negative length or batch size, a block size below 1, or an impossible ``tp``.
     """
     spec = as_spec(model)
     seq_len = count("seq_len", seq_len, 0)
     batch_size = count("batch_size", batch_size, 0)
     per_layer = kv_bytes_per_token_per_layer(spec, kv_dtype, tp=tp)
     full_layers, sliding_layers = layers_per_stage(spec, pp)
+    if block_size is not None:
+        bs = count("block_size", block_size, 1)
+        blocks = full_layers * -(-seq_len // bs)
+        if sliding_layers:
+            blocks += sliding_layers * window_peak_blocks(seq_len, spec.sliding_window, bs)
+        return batch_size * blocks * bs * per_layer
     tokens = full_layers * seq_len
     if sliding_layers:
         tokens += sliding_layers * min(seq_len, spec.sliding_window)

@@ -7,7 +7,6 @@ the batch that budget holds (chapter 3's calculator).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from ..defaults import RESERVE_FRACTION
@@ -27,7 +26,9 @@ class MemoryPlan:
     with ``pp > 1``, the busiest pipeline stage's GPU).
 
     ``kv_budget_bytes = gpu_bytes - reserve_bytes - weights_bytes`` (0 if the weights do not
-    fit); ``max_tokens`` and ``max_batch_size`` are what that budget holds.
+    fit); ``max_tokens`` and ``max_batch_size`` are what that budget holds.  ``block_size``: the
+    tokens per block when the cache is paged (whole blocks per sequence), ``None`` when counted
+    per token.
     """
 
     model: str
@@ -48,6 +49,7 @@ class MemoryPlan:
     max_batch_size: int
     max_position: int | None = None
     pp: int = 1
+    block_size: int | None = None
 
     @property
     def within_max_context(self) -> bool:
@@ -78,7 +80,9 @@ class MemoryPlan:
             f"  weights           {format_bytes(self.weights_bytes)}",
             f"  reserve           {format_bytes(self.reserve_bytes)}",
             f"  KV budget         {format_bytes(self.kv_budget_bytes)}",
-            f"  KV per token      {self.kv_bytes_per_token:,} B",
+            f"  KV per token      {self.kv_bytes_per_token:,} B"
+            + (f", in whole blocks of {self.block_size} tokens" if self.block_size and self.block_size > 1
+               else ", in blocks of 1 token" if self.block_size else ""),
             f"  KV, {self.batch_size:,} x {self.seq_len:,} tokens  {format_bytes(self.kv_bytes)} "
             f"= {self.kv_fraction:.1%} of the GPU",
             f"  max tokens        {self.max_tokens:,}",
@@ -102,7 +106,11 @@ def plan_memory(model, gpu: str | GPUSpec, seq_len: int, batch_size: int = 1,
         reserve_fraction: share of each GPU kept for activations, the CUDA context and allocator
             slack.  0.10 matches vLLM's default ``gpu_memory_utilization=0.9`` (vLLM also
             subtracts the activation peak it profiles; we fold that into the reserve).
-        block_size: if given, each sequence takes whole blocks of this many tokens (paging).
+        block_size: if given, each sequence takes whole blocks of this many tokens (paging): on
+            a full layer ``ceil(seq_len / block_size)``, on a sliding-window layer the peak it
+            holds on the way to ``seq_len`` (:func:`~paged_kv.memory.window.window_peak_blocks`,
+            vLLM v1's rule), so the batch is sized for the peak.  ``None``: counted per token
+            (a sliding layer keeps ``min(seq_len, window)`` tokens).
         tp, pp: tensor-parallel GPUs per stage and pipeline stages (the plan is the busiest
             stage's GPU: ``ceil(L / pp)`` layers of weights and cache).
 
@@ -127,15 +135,14 @@ def plan_memory(model, gpu: str | GPUSpec, seq_len: int, batch_size: int = 1,
     reserve = int(gpu.memory_bytes * reserve_fraction)
     budget = max(0, gpu.memory_bytes - reserve - w)
     per_token = kv_bytes_per_token(spec, dt, tp=tp, pp=pp)
-    stored_len = seq_len if block_size is None else math.ceil(seq_len / block_size) * block_size
-    per_seq = kv_cache_bytes(spec, stored_len, 1, dt, tp=tp, pp=pp)
+    per_seq = kv_cache_bytes(spec, seq_len, 1, dt, tp=tp, pp=pp, block_size=block_size)
     tokens = budget // per_token if block_size is None else budget // (per_token * block_size) * block_size
     return MemoryPlan(
         model=spec.name, gpu=gpu.name, tp=tp, seq_len=seq_len, batch_size=batch_size, kv_dtype=dt.name,
         weights_dtype=weights_dtype, gpu_bytes=gpu.memory_bytes, weights_bytes=w, reserve_bytes=reserve,
         kv_budget_bytes=budget, kv_bytes_per_token=per_token, kv_bytes_per_sequence=per_seq,
         kv_bytes=batch_size * per_seq, max_tokens=tokens, max_batch_size=budget // per_seq,
-        max_position=spec.max_position, pp=pp)
+        max_position=spec.max_position, pp=pp, block_size=block_size)
 
 
 def max_batch_size(model, gpu: str | GPUSpec, seq_len: int, kv_dtype: str | KVDType = "fp16",

@@ -3,7 +3,10 @@
 :func:`calculator_figure` is the calculator of the static book: every case precomputed by
 :func:`calculator_data` with :func:`paged_kv.memory.plan_memory`, and three plotly controls (a
 model dropdown, a GPU dropdown, a context slider) that change three different properties, so any
-combination shows consistent numbers with no kernel.  :func:`gpu_memory_figure` draws one GPU's
+combination shows consistent numbers with no kernel.  The cache is paged in whole blocks of
+:data:`~paged_kv.defaults.BLOCK_SIZE` tokens (vLLM's default), so a sliding-window layer holds
+the blocks vLLM's manager keeps (:mod:`paged_kv.memory.window`), not ``window / 16`` of them;
+the model note says how many.  :func:`gpu_memory_figure` draws one GPU's
 memory (weights, reserve, KV cache, free); the live calculator (:mod:`paged_kv.widgets.memory`)
 redraws it as its inputs change.  Rows beyond a model's declared maximum context are greyed out
 and say so.
@@ -17,7 +20,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from .. import memory
-from ..defaults import RESERVE_FRACTION
+from ..defaults import BLOCK_SIZE, RESERVE_FRACTION
 from ..errors import ConfigError
 from ..units import GiB, KiB, MiB, format_bytes
 from .controls import layout_path, trace_indices
@@ -54,22 +57,24 @@ def _binary(n: float) -> str:
     return f"{n:,.0f} B"
 
 
-def _fit(spec, gpu: str, context: int, kv_dtype: str = "fp16", tp: int = 1):
+def _fit(spec, gpu: str, context: int, kv_dtype: str = "fp16", tp: int = 1, block_size: int = BLOCK_SIZE):
     """Max batch; -1 when the weights alone do not fit; None when ``tp`` cannot split the heads."""
     try:
-        plan = memory.plan_memory(spec, gpu, context, 1, kv_dtype, tp=tp)
+        plan = memory.plan_memory(spec, gpu, context, 1, kv_dtype, tp=tp, block_size=block_size)
     except ConfigError:
         return None
     return plan.max_batch_size if plan.weights_fit else -1
 
 
 def calculator_data(models: Sequence[str], gpus: Sequence[str], contexts: Sequence[int] = CALC_CONTEXTS,
-                    tps: Sequence[int] = (1, 2, 4, 8, 16)) -> dict:
+                    tps: Sequence[int] = (1, 2, 4, 8, 16), block_size: int = BLOCK_SIZE) -> dict:
     """Every case of the static calculator, precomputed with :func:`paged_kv.memory.plan_memory`
-    (fp16 KV unless said, weights in their serving dtype, 10% reserve).  A max batch of -1 means
-    the weights alone do not fit; ``None``, that the heads cannot be split over that many GPUs.
-    ``beyond`` marks a context past the model's ``max_position`` (computed, but not servable)."""
-    out = {"models": {}, "gpus": {}, "contexts": list(contexts), "tps": list(tps)}
+    (fp16 KV unless said, weights in their serving dtype, 10% reserve, the cache in whole blocks
+    of ``block_size`` tokens: a sliding-window layer at its peak, ``window_blocks`` at most).  A
+    max batch of -1 means the weights alone do not fit; ``None``, that the heads cannot be split
+    over that many GPUs.  ``beyond`` marks a context past the model's ``max_position`` (computed,
+    but not servable)."""
+    out = {"models": {}, "gpus": {}, "contexts": list(contexts), "tps": list(tps), "block_size": block_size}
     for g in gpus:
         spec = memory.gpu_preset(g)
         out["gpus"][spec.name] = {"marketed": spec.marketed, "memory_bytes": spec.memory_bytes}
@@ -80,16 +85,19 @@ def calculator_data(models: Sequence[str], gpus: Sequence[str], contexts: Sequen
             "per_token": memory.kv_bytes_per_token(spec),
             "per_token_fp8": memory.kv_bytes_per_token(spec, "fp8"),
             "weights": memory.weights_bytes(spec), "shape": kv_shape(spec), "layers": spec.num_layers,
-            "head_dim": spec.head_dim, "window": spec.sliding_window,
+            "head_dim": spec.head_dim, "window": spec.sliding_window, "sliding_layers": spec.sliding_layers,
+            "window_blocks": (memory.window_max_blocks(spec.sliding_window, block_size)
+                              if spec.sliding_window else None), "block_size": block_size,
             "max_position": spec.max_position, "cases": {}}
         for g in out["gpus"]:
             gpu_bytes = out["gpus"][g]["memory_bytes"]
+            per_seq = {c: memory.kv_cache_bytes(spec, c, 1, block_size=block_size) for c in contexts}
             m["cases"][g] = [{
                 "context": c, "beyond": not spec.within_max_context(c),
-                "per_seq": memory.kv_cache_bytes(spec, c, 1),
-                "share": memory.kv_cache_bytes(spec, c, 1) / gpu_bytes,
-                "batch": _fit(spec, g, c), "batch_fp8": _fit(spec, g, c, "fp8"),
-                "batch_tp": {tp: _fit(spec, g, c, tp=tp) for tp in tps}} for c in contexts]
+                "per_seq": per_seq[c], "share": per_seq[c] / gpu_bytes,
+                "batch": _fit(spec, g, c, block_size=block_size),
+                "batch_fp8": _fit(spec, g, c, "fp8", block_size=block_size),
+                "batch_tp": {tp: _fit(spec, g, c, tp=tp, block_size=block_size) for tp in tps}} for c in contexts]
     return out
 
 
@@ -120,13 +128,15 @@ def _font_colors(rows: list) -> list:
 
 
 def _model_note(name: str, m: dict) -> str:
-    window = f", sliding window {m['window']:,}" if m["window"] else ""
+    # the window on a line of its own, with the whole blocks a sliding layer holds at most
+    window = (f"<br>sliding window {m['window']:,} on {m['sliding_layers']} layers, each "
+              f"≤ {m['window_blocks']:,} blocks of {m['block_size']}" if m["window"] else "")
     cached = m["shape"] if m["kind"] == "MLA" else f"{m['shape']} x {m['head_dim']}"
     top = (f"max context {m['max_position']:,} tokens (grey rows{BEYOND_MARK}: beyond it)"
            if m["max_position"] else "max context not declared")
-    return (f"<b>{name}</b>: {m['kind']}, {m['layers']} layers x {cached}{window}"
+    return (f"<b>{name}</b>: {m['kind']}, {m['layers']} layers x {cached}"
             f"<br><i>{m['source']}</i><br>KV per token: {m['per_token']:,} B in fp16, "
-            f"{m['per_token_fp8']:,} B in fp8<br>{top}"
+            f"{m['per_token_fp8']:,} B in fp8{window}<br>{top}"
             f"<br>weights ({m['weights_dtype']}): {format_bytes(m['weights'], 'auto')}")
 
 
@@ -203,7 +213,7 @@ def calculator_figure(data: dict, model: str | None = None, gpu: str | None = No
                 align="left", font=dict(size=11))
     fig.update_layout(annotations=[
         dict(text=_model_note(model, data["models"][model]), y=1.33, name="model note", **note),
-        dict(text=_gpu_note(gpu, data["gpus"][gpu]), y=1.185, name="GPU note", **note),
+        dict(text=_gpu_note(gpu, data["gpus"][gpu]), y=1.16, name="GPU note", **note),
         dict(text="<b>model</b>", x=0, y=1.395, xref="paper", yref="paper", xanchor="right",
              yanchor="top", showarrow=False, name="model label"),
         dict(text="<b>GPU</b>", x=0.5, y=1.395, xref="paper", yref="paper", xanchor="right",

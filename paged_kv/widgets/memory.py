@@ -1,9 +1,10 @@
 """The live KV-cache calculator (chapter 3): ipywidgets over :mod:`paged_kv.memory`.
 
 Pick a model preset (or "custom" and type its sizes), a context length, a batch size, the KV
-dtype, the GPU, the tensor-parallel degree (up to 16 GPUs of a node pair) and the pipeline-parallel
-degree; the panel prints bytes per token, the KV cache of
-the batch, its share of the GPU, and the largest batch that fits, and draws the GPU's memory
+dtype, the block size (vLLM's 16 by default; 1 counts per token), the GPU, the tensor-parallel
+degree (up to 16 GPUs of a node pair) and the pipeline-parallel degree; the panel prints bytes
+per token, the KV cache of the batch in whole blocks (a sliding-window layer's at its peak,
+:mod:`paged_kv.memory.window`), its share of the GPU, and the largest batch that fits, and draws the GPU's memory
 (:func:`paged_kv.viz.calculator.gpu_memory_figure`) in a ``go.FigureWidget`` updated in place, or
 redrawn into an ``ipywidgets.Output`` where FigureWidget is unavailable (it needs ``anywidget``).
 The static book shows :func:`paged_kv.viz.calculator.calculator_figure` instead.
@@ -16,6 +17,7 @@ import plotly.graph_objects as go
 from IPython.display import display
 
 from .. import memory
+from ..defaults import BLOCK_SIZE
 from ..errors import PagedKVError
 from ..memory import GPU_PRESETS, KV_DTYPES, MODEL_PRESETS, WEIGHT_DTYPE_BITS, ModelSpec
 from ..units import format_bytes
@@ -33,7 +35,7 @@ class MemoryCalculator:
 
     def __init__(self, model: str = "Llama-3-8B", gpu: str = "H100-80GB", seq_len: int = 8192,
                  batch_size: int = 16, kv_dtype: str = "fp16", tp: int = 1, pp: int = 1,
-                 use_figure_widget: bool | None = None) -> None:
+                 block_size: int = BLOCK_SIZE, use_figure_widget: bool | None = None) -> None:
         self._draw, self._parts = gpu_memory_figure, gpu_memory_parts
         narrow = w.Layout(width="230px")
         self.model = w.Dropdown(options=list(MODEL_PRESETS) + [CUSTOM], value=memory.model_preset(model).name,
@@ -62,6 +64,8 @@ class MemoryCalculator:
         self.seq_len = w.BoundedIntText(seq_len, min=1, max=2**24, description="context", layout=narrow)
         self.batch_size = w.BoundedIntText(batch_size, min=0, max=10**6, description="batch", layout=narrow)
         self.kv_dtype = w.Dropdown(options=list(KV_DTYPES), value=kv_dtype, description="KV dtype", layout=narrow)
+        self.block_size = w.Dropdown(options=sorted({1, 8, 16, 32, 64, 128, block_size}), value=block_size,
+                                     description="block", layout=narrow)
         self.gpu = w.Dropdown(options=list(GPU_PRESETS), value=memory.gpu_preset(gpu).name, description="GPU",
                               layout=narrow)
         self.tp = w.Dropdown(options=[1, 2, 4, 8, 16, 32], value=tp, description="TP", layout=narrow)
@@ -80,8 +84,8 @@ class MemoryCalculator:
             self.out = w.Output()
         custom_box = w.HBox(list(self.custom.values()), layout=w.Layout(flex_flow="row wrap"))
         self._custom_box = custom_box
-        controls = [self.model, self.seq_len, self.batch_size, self.kv_dtype, self.gpu, self.tp, self.pp,
-                    *self.custom.values()]
+        controls = [self.model, self.seq_len, self.batch_size, self.kv_dtype, self.block_size, self.gpu, self.tp,
+                    self.pp, *self.custom.values()]
         self._quiet = False
         self.model.observe(self._prefill_custom, names="value")
         for c in controls:
@@ -89,7 +93,8 @@ class MemoryCalculator:
         wrap = w.Layout(flex_flow="row wrap")
         self._figure_box = w.Box([self.figure if self.figure is not None else self.out])
         self.panel = w.VBox([w.HBox([self.model, self.gpu, self.tp, self.pp], layout=wrap),
-                             w.HBox([self.seq_len, self.batch_size, self.kv_dtype], layout=wrap), custom_box,
+                             w.HBox([self.seq_len, self.batch_size, self.kv_dtype, self.block_size], layout=wrap),
+                             custom_box,
                              self.text, self._figure_box])
         self.update()
 
@@ -138,9 +143,10 @@ class MemoryCalculator:
         """Recompute the plan from the widgets and refresh the text and the figure."""
         self._custom_box.layout.display = "" if self.model.value == CUSTOM else "none"
         try:
-            self.plan = memory.plan_memory(self.spec(), self.gpu.value, self.seq_len.value,
+            spec = self.spec()
+            self.plan = memory.plan_memory(spec, self.gpu.value, self.seq_len.value,
                                            self.batch_size.value, self.kv_dtype.value, tp=self.tp.value,
-                                           pp=self.pp.value)
+                                           pp=self.pp.value, block_size=self.block_size.value)
             self.error = ""
         except PagedKVError as e:
             self.plan, self.error = None, str(e)
@@ -148,7 +154,7 @@ class MemoryCalculator:
             self._figure_box.layout.display = "none"  # never the previous inputs' figure under this
             return
         self._figure_box.layout.display = ""
-        self.text.value = self.report_html(self.plan)
+        self.text.value = self.report_html(self.plan, spec)
         fig = self._draw(self._parts(self.plan))
         if self.figure is not None:
             with self.figure.batch_update():
@@ -162,9 +168,10 @@ class MemoryCalculator:
                 display(fig)
 
     @staticmethod
-    def report_html(p) -> str:
+    def report_html(p, spec: ModelSpec | None = None) -> str:
         """The plan's numbers as a small HTML table (binary and decimal units side by side, per
-        GPU; MiB and MB for small sizes)."""
+        GPU; MiB and MB for small sizes); with ``spec`` and a sliding window, the most blocks one
+        of its sliding layers holds."""
         both = lambda n: format_bytes(n, "auto")  # MiB (MB) for small sizes
         verdict = ("fits" if p.fits else ("the weights do not fit" if not p.weights_fit
                                           else f"does not fit: at most {p.max_batch_size:,} sequences"))
@@ -172,15 +179,20 @@ class MemoryCalculator:
             verdict += (f" (but {p.seq_len:,} tokens is beyond the model's maximum context of "
                         f"{p.max_position:,})")
         top = "not declared" if p.max_position is None else f"{p.max_position:,} tokens"
+        blocks = ("" if not p.block_size else " (per token)" if p.block_size == 1
+                  else f" (whole blocks of {p.block_size} tokens)")
         rows = [("KV bytes per token", f"{p.kv_bytes_per_token:,} B"),
-                ("KV per sequence", both(p.kv_bytes_per_sequence)),
-                (f"KV for {p.batch_size:,} x {p.seq_len:,} tokens", both(p.kv_bytes)),
-                ("share of the GPU", f"{p.kv_fraction:.1%}"),
-                ("weights", both(p.weights_bytes)),
-                (f"KV budget (after weights and {p.reserve_bytes / p.gpu_bytes:.0%} reserve)", both(p.kv_budget_bytes)),
-                ("max batch at this context", f"{p.max_batch_size:,} sequences ({p.max_tokens:,} tokens)"),
-                ("model's maximum context", top),
-                ("verdict", verdict)]
+                (f"KV per sequence{blocks}", both(p.kv_bytes_per_sequence))]
+        if spec is not None and spec.sliding_window and p.block_size:
+            rows.append((f"a sliding layer ({spec.sliding_window:,}-token window) holds at most",
+                         f"{memory.window_max_blocks(spec.sliding_window, p.block_size):,} blocks"))
+        rows += [(f"KV for {p.batch_size:,} x {p.seq_len:,} tokens", both(p.kv_bytes)),
+                 ("share of the GPU", f"{p.kv_fraction:.1%}"),
+                 ("weights", both(p.weights_bytes)),
+                 (f"KV budget (after weights and {p.reserve_bytes / p.gpu_bytes:.0%} reserve)", both(p.kv_budget_bytes)),
+                 ("max batch at this context", f"{p.max_batch_size:,} sequences ({p.max_tokens:,} tokens)"),
+                 ("model's maximum context", top),
+                 ("verdict", verdict)]
         body = "".join(f"<tr><td style='padding-right:1em'>{k}</td><td><b>{v}</b></td></tr>" for k, v in rows)
         return (f"<table>{body}</table><small>all figures per GPU of the TP={p.tp} x PP={p.pp} group "
                 f"({p.tp * p.pp} GPUs)</small>")

@@ -76,7 +76,7 @@ def test_calculator_model_menu_changes_the_model_note_and_the_tables(calc):
         assert _named(after.layout.annotations, "GPU note").text == _named(fig.layout.annotations, "GPU note").text
         for g in GPUS:
             table = after.data[trace_indices(after, [f"table: {g}"])[0]]
-            plan = memory.plan_memory(button.label, g, 2048)
+            plan = memory.plan_memory(button.label, g, 2048, block_size=data["block_size"])
             expect = f"{plan.max_batch_size:,}" if plan.weights_fit else vc.NO_ROOM
             assert table.cells.values[vc.CALC_COLUMNS.index("max batch")][0] == expect
 

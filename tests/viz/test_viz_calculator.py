@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from paged_kv import memory
+from paged_kv.defaults import BLOCK_SIZE
 from paged_kv.units import GiB
 from paged_kv.viz import calculator as vc
 
@@ -39,7 +40,7 @@ def test_static_calculator_every_choice_matches_the_package(calc_data):
         for gi, g in enumerate(GPUS):
             col = _column(cells[tables[gi]], "max batch")
             for ci, c in enumerate(CONTEXTS):
-                plan = memory.plan_memory(mb.label, g, c)
+                plan = memory.plan_memory(mb.label, g, c, block_size=BLOCK_SIZE)
                 if c > MAX_CONTEXT[mb.label]:  # beyond the model's maximum: no numbers
                     assert col[ci] == vc.DASH
                     assert vc.BEYOND_MARK in _column(cells[tables[gi]], "context (tokens)")[ci]
@@ -48,7 +49,7 @@ def test_static_calculator_every_choice_matches_the_package(calc_data):
                     assert col[ci] == (f"{plan.max_batch_size:,}" if plan.weights_fit else vc.NO_ROOM)
             tp8 = _column(cells[tables[gi]], "max batch, TP=8")
             c = max(x for x in CONTEXTS if x <= MAX_CONTEXT[mb.label])
-            plan = memory.plan_memory(mb.label, g, c, tp=8)
+            plan = memory.plan_memory(mb.label, g, c, tp=8, block_size=BLOCK_SIZE)
             assert tp8[CONTEXTS.index(c)] == (f"{plan.max_batch_size:,}" if plan.weights_fit else vc.NO_ROOM)
         assert mb.label in mb.args[1]["annotations[0].text"]
         assert f"{memory.kv_bytes_per_token(mb.label):,} B" in mb.args[1]["annotations[0].text"]
@@ -120,11 +121,11 @@ def test_live_calculator_follows_its_widgets():
     from paged_kv.widgets.memory import MemoryCalculator
 
     calc = MemoryCalculator(use_figure_widget=False)
-    assert calc.plan == memory.plan_memory("Llama-3-8B", "H100-80GB", 8192, 16)
+    assert calc.plan == memory.plan_memory("Llama-3-8B", "H100-80GB", 8192, 16, block_size=BLOCK_SIZE)
     assert "131,072 B" in calc.text.value
     calc.model.value, calc.gpu.value, calc.tp.value = "Llama-3-70B", "H200", 4
     calc.kv_dtype.value, calc.seq_len.value = "fp8", 131072
-    assert calc.plan == memory.plan_memory("Llama-3-70B", "H200", 131072, 16, "fp8", tp=4)
+    assert calc.plan == memory.plan_memory("Llama-3-70B", "H200", 131072, 16, "fp8", tp=4, block_size=BLOCK_SIZE)
     assert f"{calc.plan.max_batch_size:,} sequences" in calc.text.value
     calc.model.value = "custom"
     calc.custom["num_kv_heads"].value = 7  # 64 heads are not divisible by 7
@@ -237,8 +238,9 @@ def test_live_calculator_custom_starts_from_the_whole_preset(preset):
     assert calc.custom["kv_lora_rank"].value == spec.kv_lora_rank
     assert calc.custom["weights_dtype"].value == spec.weights_dtype
     if preset == "Mistral-7B":   # clearing the window is visible and changes the cache
-        calc.custom["sliding_window"].value = 0
-        assert calc.plan.kv_bytes_per_sequence == 8 * before.kv_bytes_per_sequence
+        calc.custom["sliding_window"].value = 0     # 32,768 tokens = 2,048 blocks of 16 per layer
+        window_blocks = memory.window_max_blocks(4096, BLOCK_SIZE)  # not 4,096 / 16 = 256
+        assert calc.plan.kv_bytes_per_sequence * window_blocks == 2048 * before.kv_bytes_per_sequence
 
 
 def test_live_calculator_hides_the_figure_when_impossible():
@@ -297,3 +299,36 @@ def test_static_calculator_highlighted_row_is_visible(tmp_path, width):
         browser.close()
     assert box["top"] <= box["cell_top"] and box["cell_bottom"] <= box["bottom"], box
     assert box["page"] <= width   # nothing pushes the page wider than the window
+
+
+# --- sliding windows in whole blocks ----------------------------------------------------------------
+def test_static_calculator_counts_sliding_layers_in_whole_blocks(calc_data):
+    """Mistral-7B past its 4,096-token window: the table's sequence is paged (each of the 32 layers
+    at its peak of 257 blocks of 16, not 256), and the model note says so."""
+    assert calc_data["block_size"] == BLOCK_SIZE == 16
+    m = calc_data["models"]["Mistral-7B"]
+    rows = {r["context"]: r for r in m["cases"]["H200"]}
+    paged = memory.kv_cache_bytes("Mistral-7B", 8192, 1, block_size=16)
+    assert rows[8192]["per_seq"] == paged == 32 * memory.window_max_blocks(4096, 16) * 16 * 4096
+    assert paged > memory.kv_cache_bytes("Mistral-7B", 8192, 1)      # the unpaged count is lower
+    assert rows[8192]["batch"] == memory.plan_memory("Mistral-7B", "H200", 8192, block_size=16).max_batch_size
+    fig = vc.calculator_figure(calc_data, model="Mistral-7B", gpu="H200")
+    note = fig.layout.annotations[0].text
+    assert "sliding window 4,096 on 32 layers, each ≤ 257 blocks of 16" in note
+    llama = [b for b in fig.layout.updatemenus[0].buttons if b.label == "Llama-3-8B"][0]
+    assert "sliding" not in llama.args[1]["annotations[0].text"]
+
+
+def test_live_calculator_block_size_changes_the_plan():
+    pytest.importorskip("ipywidgets")
+    from paged_kv.widgets.memory import MemoryCalculator
+
+    calc = MemoryCalculator(model="Gemma-2-9B", gpu="H200", seq_len=8192, batch_size=4, use_figure_widget=False)
+    assert calc.block_size.value == BLOCK_SIZE and calc.plan.block_size == BLOCK_SIZE
+    assert f"{memory.window_max_blocks(4096, BLOCK_SIZE):,} blocks" in calc.text.value
+    calc.block_size.value = 1                     # per token: the unpaged ledger
+    assert calc.plan.kv_bytes_per_sequence == memory.kv_cache_bytes("Gemma-2-9B", 8192, 1)
+    assert "(per token)" in calc.text.value
+    calc.block_size.value = 128
+    assert calc.plan == memory.plan_memory("Gemma-2-9B", "H200", 8192, 4, block_size=128)
+    assert "whole blocks of 128 tokens" in calc.text.value
