@@ -19,7 +19,7 @@ from typing import Sequence
 import plotly.graph_objects as go
 
 from .. import memory
-from ..defaults import RESERVE_FRACTION
+from ..defaults import BLOCK_SIZE, RESERVE_FRACTION
 from ..units import GiB
 from .palette import COLORS
 
@@ -113,11 +113,13 @@ def kv_vs_weights_figure(data: dict) -> go.Figure:
 
 # --- how many sequences fit on each GPU --------------------------------------------------------
 def gpu_fit_data(models: Sequence[str], gpus: Sequence[str], contexts: Sequence[int] = CONTEXTS[:6],
-                 kv_dtype: str = "fp16", tp: int = 1) -> dict:
+                 kv_dtype: str = "fp16", tp: int = 1, block_size: int | None = BLOCK_SIZE) -> dict:
     """``batch[context][gpu][model]``: sequences of that length that fit next to the weights
-    (computed for every context; ``max_position[model]`` says which the model can serve)."""
+    (computed for every context; ``max_position[model]`` says which the model can serve), counted
+    in whole blocks of ``block_size`` tokens as the calculator counts them (``None``: per token)."""
     specs = [memory.model_preset(m) for m in models]
-    batch = {c: {g: [memory.max_batch_size(m, g, c, kv_dtype, tp=tp) for m in specs] for g in gpus}
+    batch = {c: {g: [memory.max_batch_size(m, g, c, kv_dtype, tp=tp, block_size=block_size) for m in specs]
+                 for g in gpus}
              for c in contexts}
     return {"models": [m.name for m in specs], "max_position": [m.max_position for m in specs],
             "gpus": list(gpus), "contexts": list(contexts), "kv_dtype": kv_dtype, "tp": tp,
