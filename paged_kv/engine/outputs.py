@@ -30,7 +30,7 @@ class RequestOutput:
             its consecutive tokens (s; inter-token latency, ITL, as vLLM's metrics call it), where a
             preemption shows as one long stall.
         token_ids: (property) per sample, the tokens generated so far; ``text``: the same decoded
-            (``None`` without a tokenizer).
+            (``None`` without a tokenizer), see :attr:`text`.
     """
 
     request_id: Hashable
@@ -55,7 +55,21 @@ class RequestOutput:
 
     @property
     def text(self) -> list[str] | None:
-        return None if self.tokenizer is None else [self.tokenizer.decode(t) for t in self.token_ids]
+        """Per sample, the text of its tokens so far (``None`` without a tokenizer).
+
+        While the request runs, its tokens are decoded incrementally (the tokenizer's
+        ``decode(ids, final=False)``): with one token per byte, a sample can stop a step in the
+        middle of a character ("é" is 2 tokens, an emoji 4), and those bytes are held back instead
+        of showing as "\ufffd" that the next step would take back.  So every running snapshot's
+        text is a prefix of the final one.  Once the request is finished (:attr:`finished`, read
+        from the request) its samples are complete and decode with ``final=True``: an unfinished
+        character at the very end then shows as "\ufffd", since no byte will complete it.  The
+        tokenizer must accept ``final`` (as :class:`~paged_kv.model.ByteTokenizer` does).
+        """
+        if self.tokenizer is None:
+            return None
+        final = self.finished
+        return [self.tokenizer.decode(t, final=final) for t in self.token_ids]
 
     @property
     def cached_tokens(self) -> list[int]:

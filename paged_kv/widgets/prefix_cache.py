@@ -8,6 +8,8 @@ engine, watch hits light up, cached-free blocks wait and the least recently used
 
 from __future__ import annotations
 
+import html
+
 import ipywidgets as w
 
 from ..engine import EngineConfig, LLMEngine
@@ -58,8 +60,8 @@ def prefix_cache_panel(model=None, tokenizer=None, config: EngineConfig | None =
         st = engine.stats
         rate = "" if not st.prefix_queries else (f"hit rate {st.prefix_hits}/{st.prefix_queries} prompt tokens "
                                                  f"= {st.prefix_hit_rate:.0%}<br>")
-        texts = "<br>".join(f"<b>{o.request_id}</b> ({_hits(o.cached_tokens)}): {t!r}"
-                            for o in engine.outputs() for t in (o.text or []))
+        texts = "<br>".join(f"<b>{html.escape(str(o.request_id), quote=False)}</b> ({_hits(o.cached_tokens)}): "
+                            f"{html.escape(repr(t), quote=False)}" for o in engine.outputs() for t in (o.text or []))
         status.value = status_html(note, rate + texts)
 
     def submit():
