@@ -69,9 +69,9 @@ def prefix_cache_panel(model=None, tokenizer=None, config: EngineConfig | None =
                                  request_id=f"R{len(engine.outputs())}")
         return f"request {rid} is waiting"
 
-    add.on_click(button_action(submit, redraw))
-    step.on_click(button_action(lambda: engine.step() and None, redraw))
-    run.on_click(button_action(lambda: run_until_idle(engine), redraw))
+    add.on_click(button_action(submit, redraw, status))        # never raise: errors go to the status line
+    step.on_click(button_action(lambda: engine.step() and None, redraw, status))
+    run.on_click(button_action(lambda: run_until_idle(engine), redraw, status))
     redraw()
     panel = w.VBox([w.HBox([prefix, own]), w.HBox([max_tokens, add, step, run]), status,
                     fig if out is None else out])

@@ -4,7 +4,8 @@
 tiny model: add a request (prompt text, tokens to generate, samples), run one step or run until
 idle, preempt a running request (by the engine's mode: recompute or swap).  The figure
 (:mod:`paged_kv.viz.serving`: queues, GPU pool, CPU pool) updates in place after every action;
-a refused request (admission "never") or any other error is shown, and changes nothing.  The
+a refused request (admission "never") is shown and changes nothing; any other error is shown too
+(:mod:`~paged_kv.widgets.panel`), and the next click runs as usual.  The
 status line shows each sample's text as it streams (:attr:`RequestOutput.text
 <paged_kv.engine.RequestOutput.text>`: a character that a step cut in the middle is held back
 until its last byte comes, not shown as "\ufffd"), escaped, since a model may sample "<".
@@ -65,8 +66,8 @@ def serving_panel(model=None, tokenizer=None, config: EngineConfig | None = None
                             for o in engine.outputs() for t in (o.text or []))
         status.value = status_html(note, texts)
 
-    def act(fn):
-        return button_action(fn, redraw)
+    def act(fn):                                 # never raises: errors go to the status line
+        return button_action(fn, redraw, status)
 
     def submit():
         k = int(n.value)

@@ -9,6 +9,7 @@ from paged_kv.engine import EngineConfig, LLMEngine
 from paged_kv.model import ByteTokenizer, SamplingParams
 from paged_kv.viz.serving import (LANES, latency_figure, refresh_serving_figure, serving_figure,
                                   swap_figure)
+from paged_kv.widgets.prefix_cache import prefix_cache_panel
 from paged_kv.widgets.serving import serving_panel
 
 
@@ -116,7 +117,6 @@ class _Markup:
 
 
 def test_panels_show_generated_text_escaped(small_model):
-    from paged_kv.widgets.prefix_cache import prefix_cache_panel
     serving = serving_panel(small_model, _Markup(), use_figure_widget=False)
     prefix = prefix_cache_panel(small_model, _Markup(), use_figure_widget=False)
     for submit, run_all, status in ((serving.children[0].children[3], serving.children[1].children[1],
