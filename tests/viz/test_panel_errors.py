@@ -162,3 +162,12 @@ def test_calculator_shows_any_error_and_the_next_change_works(monkeypatch):
     assert calc.plan is None and SHOWN in calc.text.value
     calc.batch_size.value = 4
     assert calc.plan is not None and calc.plan.batch_size == 4 and calc._figure_box.layout.display == ""
+
+
+def test_the_issues_prompt_with_a_lone_surrogate_is_refused_by_name(small_model):
+    """The new-user trial's prompt, typed into the serving panel: our PromptError, shown as is."""
+    panel = serving_panel(small_model, ByteTokenizer(), use_figure_widget=False)
+    _widgets(panel, w.Text)[0].value = "smile \ud83d"
+    _button(panel, "submit").click()
+    assert "character 6 is U+D83D" in _status(panel) and "internal error" not in _status(panel)
+    assert panel.engine.outputs() == []
