@@ -30,7 +30,7 @@ class RequestOutput:
             its consecutive tokens (s; inter-token latency, ITL, as vLLM's metrics call it), where a
             preemption shows as one long stall.
         token_ids: (property) per sample, the tokens generated so far; ``text``: the same decoded
-            (``None`` without a tokenizer), cut at a stop string.
+            (``None`` without a tokenizer), see :attr:`text`.
         finish_reason: (property) per sample, ``None`` while it generates, then ``"length"``,
             ``"stop"``, ``"abort"`` or ``"error"`` (vLLM's reasons); ``error``: the error's text.
         stop_at: per sample index, where its text ends (characters) when a stop string ended it.
@@ -69,9 +69,22 @@ class RequestOutput:
 
     @property
     def text(self) -> list[str] | None:
+        """Per sample, the text of its tokens so far (``None`` without a tokenizer), cut before the
+        stop string that ended it (after it, with ``include_stop_str_in_output``).
+
+        While a sample runs, its tokens are decoded incrementally (the tokenizer's
+        ``decode(ids, final=False)``): with one token per byte, a sample can stop a step in the
+        middle of a character ("é" is 2 tokens, an emoji 4), and those bytes are held back instead
+        of showing as "\ufffd" that the next step would take back.  So every running snapshot's
+        text is a prefix of the final one.  Once a sample has finished (its :attr:`finish_reason`)
+        it decodes with ``final=True``: an unfinished character at the very end then shows as
+        "\ufffd", since no byte will complete it.  The tokenizer must accept ``final`` (as
+        :class:`~paged_kv.model.ByteTokenizer` does).
+        """
         if self.tokenizer is None:
             return None
-        texts = [self.tokenizer.decode(t) for t in self.token_ids]
+        done = [self.finished or r is not None for r in self.finish_reason]
+        texts = [self.tokenizer.decode(t, final=f) for t, f in zip(self.token_ids, done)]
         return [t[:self.stop_at[i]] if i in self.stop_at else t for i, t in enumerate(texts)]
 
     @property

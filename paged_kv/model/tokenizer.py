@@ -10,6 +10,12 @@ ASCII is 2 to 4 tokens ("é" 2, "—" 3, an emoji 4), so two things need care:
 * **Text of a request still generating** (:meth:`ByteTokenizer.decode` with ``final=False``): the
   last character may be incomplete (its remaining bytes are not sampled yet); it is left out
   rather than shown as "\ufffd".  Python's incremental UTF-8 decoder (``codecs``) does exactly this.
+
+Going the other way, not every Python ``str`` has UTF-8 bytes: a *surrogate* (U+D800 to U+DFFF, half
+of a UTF-16 pair, e.g. from a JSON escape ``"\\ud83d"`` or UTF-16 text cut inside an emoji)
+is a code point no UTF-8 byte sequence stands for.  :meth:`ByteTokenizer.encode` refuses such text
+with a :class:`~paged_kv.errors.PromptError` naming the first one, rather than dropping or replacing
+it: a prompt that silently lost a character would give tokens the reader did not type.
 """
 
 from __future__ import annotations
@@ -36,16 +42,43 @@ def _char_length(lead: int) -> int:
     return 0                                     # a continuation byte (0x80-0xBF) or never valid
 
 
+def _surrogate_message(text: str, i: int) -> str:
+    """Why ``text`` has no UTF-8 bytes: its character ``i`` is a surrogate.  A high surrogate
+    followed by a low one is a UTF-16 pair written as two escapes; the message names the character
+    the pair stands for, which is what the writer most likely meant."""
+    code = ord(text[i])
+    low = ord(text[i + 1]) if i + 1 < len(text) else 0
+    paired = code < 0xDC00 and 0xDC00 <= low <= 0xDFFF          # high, then low: a UTF-16 pair
+    kind = ("" if paired else "lone ") + ("high" if code < 0xDC00 else "low")
+    where = f"...{text[max(0, i - 10):i + 11]!r}..." if len(text) > 21 else repr(text)
+    msg = (f"the text cannot be encoded as UTF-8: character {i} is U+{code:04X}, a {kind} "
+           f"surrogate (half of a UTF-16 pair), in {where}")
+    others = sum(0xD800 <= ord(c) <= 0xDFFF for c in text[i + 1:])
+    if others:
+        msg += f"; {others} more surrogate{'s' if others > 1 else ''} after it"
+    if paired:
+        pair = 0x10000 + ((code - 0xD800) << 10) + (low - 0xDC00)
+        msg += f"; with the next one it stands for U+{pair:X} {chr(pair)!r}: write that character instead"
+    return msg
+
+
 class ByteTokenizer:
     """Encode text to UTF-8 byte ids (0..255) and back, and label each byte for a figure."""
 
     vocab_size = 256
 
     def encode(self, text: str) -> list[int]:
-        """Return the UTF-8 bytes of ``text`` as ints. Raises ``PromptError`` if not a str."""
+        """Return the UTF-8 bytes of ``text`` as ints.
+
+        Raises ``PromptError`` if ``text`` is not a str, or holds a surrogate (no UTF-8 bytes
+        exist for it; the message names the first one's character index and code point).
+        """
         if not isinstance(text, str):
             raise PromptError(f"expected a str to encode, got {type(text).__name__}: {text!r}")
-        return list(text.encode("utf-8"))
+        try:
+            return list(text.encode("utf-8"))
+        except UnicodeEncodeError as e:   # strict UTF-8 fails on surrogates only (U+D800..U+DFFF)
+            raise PromptError(_surrogate_message(text, e.start)) from None
 
     @staticmethod
     def _ids(ids: Iterable[int]) -> list[int]:

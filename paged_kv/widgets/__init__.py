@@ -5,7 +5,8 @@ A live panel needs a running kernel.  In the static HTML book (``make book``) th
 (frames and sliders) built from recorded history.  Colab needs its custom widget manager, which
 each chapter's hidden first cell enables.  Nothing in the package imports this layer.
 
-* :mod:`~paged_kv.widgets.panel`: :func:`show_live`, :func:`figure_widget_or_output`;
+* :mod:`~paged_kv.widgets.panel`: :func:`show_live`, :func:`figure_widget_or_output`, and the
+  handlers that show any error in the panel's status line instead of raising it;
 * :mod:`~paged_kv.widgets.memory`: the KV calculator (chapter 3);
 * :mod:`~paged_kv.widgets.fragmentation`: the memory strip (chapter 4);
 * :mod:`~paged_kv.widgets.blocks`: the block pool (chapter 5);

@@ -71,8 +71,8 @@ def block_panel(model=None, tokenizer=None, num_blocks: int = 24, block_size: in
                             f"{html.escape(repr(live.text(s)))}" for s in live.requests) if model is not None else ""
         status.value = status_html(note, texts)
 
-    def act(fn):
-        return button_action(fn, redraw)
+    def act(fn):                                 # never raises: errors go to the status line
+        return button_action(fn, redraw, status)
 
     def finish_selected():
         if which.value is None:

@@ -5,6 +5,7 @@ Every change re-runs :func:`paged_kv.sim.simulate` on a short trace (a few hundr
 requests: well under a second) and redraws :func:`paged_kv.viz.fragmentation.strip_figure` in
 place in a ``go.FigureWidget``, or into an ``ipywidgets.Output`` where FigureWidget is
 unavailable (it needs ``anywidget``).  The time slider only switches between recorded layouts.
+A change that fails shows its error in the stats line (:func:`~paged_kv.widgets.panel.guarded`).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import numpy as np
 from ..defaults import BLOCK_SIZE
 from ..sim import PAPER_SETUP, PLACEMENTS, ServingSetup, SimResult
 from ..viz.fragmentation import refresh_strip, strip_figure
-from .panel import figure_widget_or_output, update_figure
+from .panel import figure_widget_or_output, guarded, status_html, update_figure
 
 POLICY_NAMES = {"Orca (Max)": "max", "Orca (Pow2)": "pow2", "Orca (Oracle)": "oracle", "paged": "paged"}
 BLOCK_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
@@ -56,11 +57,13 @@ def strip_panel(setup: ServingSetup = PAPER_SETUP, num_requests: int = 300, fram
         state["runs"] = {res.policy: res.layouts}
         when.max = len(res.layouts) - 1
         s, used = res.summary(), res.used_shares()
-        stats.value = (f"<b>{res.policy}</b> at {rate.value:g} req/s, {num_requests} requests: "
-                       f"mean batch <b>{s['mean_batch']:.2f}</b> · token states {100 * used['token_states']:.1f}% "
-                       f"of the memory in use · reserved {100 * used['reserved']:.1f}% · internal "
-                       f"{100 * used['internal']:.1f}% · external {100 * used['external']:.1f}% · "
-                       f"free {100 * s['free_share']:.1f}% of the pool · preemptions {s['preemptions']}")
+        state["summary"] = (f"<b>{res.policy}</b> at {rate.value:g} req/s, {num_requests} requests: "
+                            f"mean batch <b>{s['mean_batch']:.2f}</b> · token states "
+                            f"{100 * used['token_states']:.1f}% "
+                            f"of the memory in use · reserved {100 * used['reserved']:.1f}% · internal "
+                            f"{100 * used['internal']:.1f}% · external {100 * used['external']:.1f}% · "
+                            f"free {100 * s['free_share']:.1f}% of the pool · preemptions {s['preemptions']}")
+        stats.value = state["summary"]            # shown again after a frame that failed
 
     simulate_now()
     title = f"{setup.model}: {setup.pool_slots:,} KV slots"
@@ -76,9 +79,16 @@ def strip_panel(setup: ServingSetup = PAPER_SETUP, num_requests: int = 300, fram
         simulate_now()
         redraw()
 
+    def show_error(note: str) -> None:           # the stats line of the failed run, not the last one
+        stats.value = status_html(note, "the figure still shows the last run that worked")
+
+    def on_frame(_):
+        redraw()
+        stats.value = state["summary"]           # in place of an error a failed frame showed
+
     for control in (rate, policy, placement, block):
-        control.observe(on_setting, names="value")
-    when.observe(lambda _: redraw(), names="value")
+        control.observe(guarded(on_setting, show_error), names="value")
+    when.observe(guarded(on_frame, show_error), names="value")
     redraw()
     panel = w.VBox([w.HBox([policy, placement, block]), w.HBox([rate, when]), stats, fig if out is None else out])
     panel.state = state

@@ -12,6 +12,8 @@ The static book shows :func:`paged_kv.viz.calculator.calculator_figure` instead.
 
 from __future__ import annotations
 
+import html
+
 import ipywidgets as w
 import plotly.graph_objects as go
 from IPython.display import display
@@ -22,6 +24,7 @@ from ..errors import PagedKVError
 from ..memory import GPU_PRESETS, KV_DTYPES, MODEL_PRESETS, WEIGHT_DTYPE_BITS, ModelSpec
 from ..units import format_bytes
 from ..viz.calculator import gpu_memory_figure, gpu_memory_parts
+from .panel import error_note, guarded
 
 CUSTOM = "custom"
 
@@ -30,7 +33,8 @@ class MemoryCalculator:
     """The calculator's widgets and its latest :class:`~paged_kv.memory.MemoryPlan` (``.plan``).
 
     ``.panel`` is the ``ipywidgets.VBox`` to display; ``.plan`` is ``None`` and ``.error`` holds
-    the message when the inputs are impossible (shown in the panel, never raised).
+    the message when the inputs are impossible, or when recomputing failed otherwise (an internal
+    error; shown in the panel, never raised).
     """
 
     def __init__(self, model: str = "Llama-3-8B", gpu: str = "H100-80GB", seq_len: int = 8192,
@@ -84,11 +88,11 @@ class MemoryCalculator:
             self.out = w.Output()
         custom_box = w.HBox(list(self.custom.values()), layout=w.Layout(flex_flow="row wrap"))
         self._custom_box = custom_box
-        controls = [self.model, self.seq_len, self.batch_size, self.kv_dtype, self.block_size, self.gpu, self.tp,
-                    self.pp, *self.custom.values()]
+        controls = [self.seq_len, self.batch_size, self.kv_dtype, self.block_size, self.gpu, self.tp, self.pp,
+                    *self.custom.values()]
         self._quiet = False
-        self.model.observe(self._prefill_custom, names="value")
-        for c in controls:
+        self.model.observe(guarded(self._on_model, self._show_error), names="value")
+        for c in controls:     # update() never raises: an error shows in the text, the figure hidden
             c.observe(lambda _change: None if self._quiet else self.update(), names="value")
         wrap = w.Layout(flex_flow="row wrap")
         self._figure_box = w.Box([self.figure if self.figure is not None else self.out])
@@ -111,6 +115,13 @@ class MemoryCalculator:
             self.custom["max_position"].value = base.max_position or self.custom["max_position"].max
         finally:
             self._quiet = quiet
+
+    def _on_model(self, change) -> None:
+        """The model dropdown's one handler: fill the custom fields (if "custom" was picked), then
+        recompute; a failure to fill shows instead of a plan from half-filled fields."""
+        self._prefill_custom(change)
+        if not self._quiet:
+            self.update()
 
     def _prefill_custom(self, change) -> None:
         """Switching to "custom" starts from the *whole* preset shown just before: its sliding
@@ -139,8 +150,24 @@ class MemoryCalculator:
             changes["hidden_size"] = c["num_heads"] * c["head_dim"]
         return base.replace(**changes)
 
+    def _show_error(self, note: str, label: str = "failed") -> None:
+        """Show ``note`` instead of the plan, and hide the figure: never the previous inputs'
+        figure under an error."""
+        self.plan, self.error = None, note
+        self.text.value = f"<span style='color:#B00'><b>{label}:</b> {html.escape(note, quote=False)}</span>"
+        self._figure_box.layout.display = "none"
+
     def update(self) -> None:
-        """Recompute the plan from the widgets and refresh the text and the figure."""
+        """Recompute the plan from the widgets and refresh the text and the figure.  Never raises:
+        impossible inputs (our :class:`~paged_kv.errors.PagedKVError`) show as "impossible: ...",
+        any other error as "failed: internal error: ..." (:func:`~paged_kv.widgets.panel.error_note`),
+        and the next change recomputes as usual."""
+        try:
+            self._update()
+        except Exception as e:
+            self._show_error(error_note(e))
+
+    def _update(self) -> None:
         self._custom_box.layout.display = "" if self.model.value == CUSTOM else "none"
         try:
             spec = self.spec()
@@ -149,9 +176,7 @@ class MemoryCalculator:
                                            pp=self.pp.value, block_size=self.block_size.value)
             self.error = ""
         except PagedKVError as e:
-            self.plan, self.error = None, str(e)
-            self.text.value = f"<span style='color:#B00'><b>impossible:</b> {e}</span>"
-            self._figure_box.layout.display = "none"  # never the previous inputs' figure under this
+            self._show_error(str(e), "impossible")
             return
         self._figure_box.layout.display = ""
         self.text.value = self.report_html(self.plan, spec)

@@ -1,8 +1,21 @@
-"""What every live panel shares: where to draw (a ``FigureWidget`` or an ``Output``), and whether
-to show the panel at all (not in the static book, which has no kernel).
+"""What every live panel shares: where to draw (a ``FigureWidget`` or an ``Output``), whether to
+show the panel at all (not in the static book, which has no kernel), and how a control's handler
+reports an error: in the panel's status line, never by raising.
+
+Why never raise: ipywidgets catches an exception escaping a callback and sends its traceback to the
+kernel's log, not to the page, so to the reader the click seems to do nothing.  Every handler of
+every panel therefore catches any ``Exception`` (:func:`button_action` for buttons,
+:func:`guarded` for other controls) and shows it through :func:`error_note`: a refusal of ours (a
+:class:`~paged_kv.errors.PagedKVError`: no free block, a request that can never run, a bad prompt)
+as its message, anything else as ``"internal error: TypeError: ..."``, a bug to report rather
+than something the reader did wrong, with its traceback logged (logger ``paged_kv.widgets``).
+``KeyboardInterrupt`` is not caught: interrupting the kernel still stops a long "run until idle".
 """
 
 from __future__ import annotations
+
+import html
+import logging
 
 import ipywidgets as w
 import plotly.graph_objects as go
@@ -11,7 +24,10 @@ from IPython.display import Markdown, display
 from ..errors import PagedKVError
 from ..viz import is_static_build
 
-__all__ = ["button_action", "figure_widget_or_output", "run_until_idle", "show_live", "status_html", "update_figure"]
+__all__ = ["button_action", "error_note", "figure_widget_or_output", "guarded", "run_until_idle", "show_live",
+           "status_html", "update_figure"]
+
+_log = logging.getLogger("paged_kv.widgets")
 
 
 def figure_widget_or_output(fig, use_figure_widget: bool | None = None):
@@ -72,18 +88,49 @@ def show_live(panel, what: str = "This panel",
     return True
 
 
-def button_action(fn, redraw):
-    """A button's ``on_click`` handler: run ``fn()`` and ``redraw`` the panel with the note it
-    returns; a refusal of ours (a :class:`~paged_kv.errors.PagedKVError`, e.g. no free block or an
-    inadmissible request) is shown as the note instead, and changes nothing."""
-    def handler(_):
+def error_note(e: Exception) -> str:
+    """How a panel's status line shows ``e``: a :class:`~paged_kv.errors.PagedKVError` (our
+    refusal, which names the bad value and changed nothing) as its message; any other exception as
+    ``"internal error: <type>: <message>"``, so it does not read as a refusal, and its traceback
+    goes to the log."""
+    if isinstance(e, PagedKVError):
+        return str(e)
+    _log.error("a live panel's control failed", exc_info=e)
+    return f"internal error: {type(e).__name__}: {e}"
+
+
+def guarded(fn, show):
+    """A control's handler (an ``observe`` callback) that never raises: ``fn(*args)``, and on any
+    ``Exception`` ``show(error_note(e))`` instead (see the module docstring for why).  The control
+    stays usable: the next change calls ``fn`` again as usual."""
+    def handler(*args):
         try:
-            redraw(fn() or "")
-        except PagedKVError as e:
-            redraw(str(e))
+            fn(*args)
+        except Exception as e:
+            show(error_note(e))
+    return handler
+
+
+def button_action(fn, redraw, status):
+    """A button's ``on_click`` handler that never raises: run ``fn()`` and ``redraw`` the panel
+    with the note it returns.  If ``fn`` raises, the error (:func:`error_note`) is the note
+    instead: a refusal of ours changed nothing; after an internal error the panel shows whatever
+    state it left.  If ``redraw`` itself raises, the ``status`` widget (an ``ipywidgets.HTML``)
+    shows both notes directly.  The next click runs as usual either way."""
+    def handler(_=None):
+        try:
+            note = fn() or ""
+        except Exception as e:
+            note = error_note(e)
+        try:
+            redraw(note)
+        except Exception as e:
+            failed = f"redrawing the panel failed: {error_note(e)}"
+            status.value = status_html(f"{note}; {failed}" if note else failed, "")
     return handler
 
 
 def status_html(note: str, texts: str) -> str:
-    """A panel's status line: the note in red (if any) above the requests' texts."""
-    return (f"<span style='color:#c00'>{note}</span><br>" if note else "") + texts
+    """A panel's status line: the note in red (if any; plain text, escaped here, since an error's
+    message may hold "<") above the requests' texts (HTML, escaped by the caller)."""
+    return (f"<span style='color:#c00'>{html.escape(note, quote=False)}</span><br>" if note else "") + texts

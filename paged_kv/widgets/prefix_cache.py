@@ -8,6 +8,8 @@ engine, watch hits light up, cached-free blocks wait and the least recently used
 
 from __future__ import annotations
 
+import html
+
 import ipywidgets as w
 
 from ..engine import EngineConfig, LLMEngine
@@ -58,8 +60,8 @@ def prefix_cache_panel(model=None, tokenizer=None, config: EngineConfig | None =
         st = engine.stats
         rate = "" if not st.prefix_queries else (f"hit rate {st.prefix_hits}/{st.prefix_queries} prompt tokens "
                                                  f"= {st.prefix_hit_rate:.0%}<br>")
-        texts = "<br>".join(f"<b>{o.request_id}</b> ({_hits(o.cached_tokens)}): {t!r}"
-                            for o in engine.outputs() for t in (o.text or []))
+        texts = "<br>".join(f"<b>{html.escape(str(o.request_id), quote=False)}</b> ({_hits(o.cached_tokens)}): "
+                            f"{html.escape(repr(t), quote=False)}" for o in engine.outputs() for t in (o.text or []))
         status.value = status_html(note, rate + texts)
 
     def submit():
@@ -67,9 +69,9 @@ def prefix_cache_panel(model=None, tokenizer=None, config: EngineConfig | None =
                                  request_id=f"R{len(engine.outputs())}")
         return f"request {rid} is waiting"
 
-    add.on_click(button_action(submit, redraw))
-    step.on_click(button_action(lambda: engine.step() and None, redraw))
-    run.on_click(button_action(lambda: run_until_idle(engine), redraw))
+    add.on_click(button_action(submit, redraw, status))        # never raise: errors go to the status line
+    step.on_click(button_action(lambda: engine.step() and None, redraw, status))
+    run.on_click(button_action(lambda: run_until_idle(engine), redraw, status))
     redraw()
     panel = w.VBox([w.HBox([prefix, own]), w.HBox([max_tokens, add, step, run]), status,
                     fig if out is None else out])

@@ -4,10 +4,16 @@
 tiny model: add a request (prompt text, tokens to generate, samples), run one step or run until
 idle, preempt a running request (by the engine's mode: recompute or swap).  The figure
 (:mod:`paged_kv.viz.serving`: queues, GPU pool, CPU pool) updates in place after every action;
-a refused request (admission "never") or any other error is shown, and changes nothing.
+a refused request (admission "never") is shown and changes nothing; any other error is shown too
+(:mod:`~paged_kv.widgets.panel`), and the next click runs as usual.  The
+status line shows each sample's text as it streams (:attr:`RequestOutput.text
+<paged_kv.engine.RequestOutput.text>`: a character that a step cut in the middle is held back
+until its last byte comes, not shown as "\ufffd"), escaped, since a model may sample "<".
 """
 
 from __future__ import annotations
+
+import html
 
 import ipywidgets as w
 
@@ -55,11 +61,13 @@ def serving_panel(model=None, tokenizer=None, config: EngineConfig | None = None
         which.options = [str(r.request_id) for r in engine.scheduler.running]
         if which.options:                        # keep the selection, or pick the first running request
             which.value = keep if keep in which.options else which.options[0]
-        texts = "<br>".join(f"<b>{o.request_id}</b>: {t!r}" for o in engine.outputs() for t in (o.text or []))
+        texts = "<br>".join(f"<b>{html.escape(str(o.request_id), quote=False)}</b>: "      # streamed, see
+                            f"{html.escape(repr(t), quote=False)}"                     # RequestOutput.text
+                            for o in engine.outputs() for t in (o.text or []))
         status.value = status_html(note, texts)
 
-    def act(fn):
-        return button_action(fn, redraw)
+    def act(fn):                                 # never raises: errors go to the status line
+        return button_action(fn, redraw, status)
 
     def submit():
         k = int(n.value)

@@ -70,7 +70,7 @@ def test_panel_submits_and_steps(small_model):
         def encode(self, s):
             return [ord(c) % 200 + 1 for c in s]
 
-        def decode(self, ids):
+        def decode(self, ids, final=True):
             return "".join(chr(i) for i in ids)
     p = prefix_cache_panel(small_model, Tok(), use_figure_widget=False)
     add, step = p.children[1].children[1], p.children[1].children[2]

@@ -1,12 +1,15 @@
 """Chapter 7's figures and live panel: queues and pools replayed step by step, driven by clicks."""
 
+import html
+
 import plotly.graph_objects as go
 import pytest
 
 from paged_kv.engine import EngineConfig, LLMEngine
-from paged_kv.model import SamplingParams
+from paged_kv.model import ByteTokenizer, SamplingParams
 from paged_kv.viz.serving import (LANES, latency_figure, refresh_serving_figure, serving_figure,
                                   swap_figure)
+from paged_kv.widgets.prefix_cache import prefix_cache_panel
 from paged_kv.widgets.serving import serving_panel
 
 
@@ -64,7 +67,7 @@ def test_panel_submit_step_preempt_and_refuse(small_model):
         list(panel.children[0].children), list(panel.children[1].children), *panel.children[2:])
     engine.tokenizer = None
     prompt.value = "\x05\x06\x07"                       # bytes 5, 6, 7: the small model's vocabulary
-    engine.tokenizer = _Bytes()
+    engine.tokenizer = ByteTokenizer()                 # 256 byte tokens, as the small model
     max_tokens.value = 5
     submit.click()
     assert "waiting" in status.value and len(engine.scheduler.waiting) == 1
@@ -81,14 +84,48 @@ def test_panel_submit_step_preempt_and_refuse(small_model):
     assert engine.records[-1].pool.used_blocks == 0
 
 
-class _Bytes:
-    """A byte tokenizer for the small random model's 256-token vocabulary."""
+def test_panel_streams_text_without_a_broken_last_character(small_model):
+    """The status line printed a running sample's text with U+FFFD where a step had stopped in the
+    middle of a multi-byte character.  Two samples drawn with temperature from the random model's
+    256 byte tokens, stepped by clicks: after every step each running sample shows the incremental
+    decode (the cut character held back), and the sweep does cut one."""
+    tok = ByteTokenizer()
+    panel = serving_panel(small_model, tok, use_figure_widget=False)
+    (prompt, max_tokens, n, submit), (step, *_), status = (
+        list(panel.children[0].children), list(panel.children[1].children), panel.children[3])
+    max_tokens.value, n.value = 16, 2
+    submit.click()
+    held_back = 0
+    while panel.engine.has_unfinished_requests():
+        step.click()
+        for o in panel.engine.outputs():
+            for ids in o.token_ids:
+                want = tok.decode(ids, final=o.finished)
+                assert f": {html.escape(repr(want), quote=False)}" in status.value
+                held_back += want != tok.decode(ids)
+    assert held_back > 0
+
+
+class _Markup:
+    """A tokenizer whose every token decodes to markup, as sampled bytes may spell '<b>'."""
 
     def encode(self, text):
         return list(text.encode())
 
-    def decode(self, ids):
-        return bytes(ids).decode(errors="replace")
+    def decode(self, ids, final=True):
+        return "<i>x</i>" * len(ids)
+
+
+def test_panels_show_generated_text_escaped(small_model):
+    serving = serving_panel(small_model, _Markup(), use_figure_widget=False)
+    prefix = prefix_cache_panel(small_model, _Markup(), use_figure_widget=False)
+    for submit, run_all, status in ((serving.children[0].children[3], serving.children[1].children[1],
+                                     serving.children[3]),
+                                    (prefix.children[1].children[1], prefix.children[1].children[3],
+                                     prefix.children[2])):
+        submit.click()
+        run_all.click()
+        assert "&lt;i&gt;x&lt;/i&gt;" in status.value and "<i>" not in status.value
 
 
 def test_show_live_in_the_static_book_names_where_the_replay_is(monkeypatch):
