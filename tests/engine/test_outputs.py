@@ -37,6 +37,7 @@ def test_a_running_requests_text_is_always_a_prefix_of_its_final_text(samples, d
                 seq.tokens += samples[seq.index][:step]
         for seq in req.seqs:
             seq.tokens.append(samples[seq.index][step])
+            req.note_token(seq)                        # the scheduler's rule: max_tokens ends it
         assert out.finished == (step == length - 1)
         for text, whole in zip(out.text, final):
             assert whole.startswith(text)
@@ -52,10 +53,12 @@ def test_a_character_cut_by_a_step_is_held_back_until_its_last_byte():
     texts = []
     for b in "aé".encode():
         req.seqs[0].tokens.append(b)
+        req.note_token(req.seqs[0])
         texts.append(out.text[0])
     assert texts == ["a", "a", "aé"] and out.finished
     cut = Request("c", [0], n=1, max_tokens=2)
     cut.seqs.append(Sequence(0, [0, ord("a"), 0xC3], 1))
+    cut.note_token(cut.seqs[0])
     assert RequestOutput("c", [0], cut, TOK).text == ["a\ufffd"]
 
 
