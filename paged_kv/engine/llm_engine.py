@@ -195,6 +195,8 @@ class LLMEngine:
         if not o.finished:
             self.scheduler.finish_request(request_id, "abort")
             o.finish = self.clock
+            if self.record:
+                self.records.append(step_record(self.scheduler, self.stats.steps, self.clock, f"aborted {request_id}"))
         return o
 
     def _check_stop_strings(self, out: SchedulerOutput) -> list[Request]:

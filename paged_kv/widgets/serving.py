@@ -2,7 +2,8 @@
 
 :func:`serving_panel` puts buttons around an :class:`~paged_kv.engine.LLMEngine` serving the
 tiny model: add a request (prompt text, tokens to generate, samples), run one step or run until
-idle, preempt a running request (by the engine's mode: recompute or swap).  The figure
+idle, preempt a running request (by the engine's mode: recompute or swap), abort a request in
+any state (its blocks are freed at once, :meth:`LLMEngine.abort_request`).  The figure
 (:mod:`paged_kv.viz.serving`: queues, GPU pool, CPU pool) updates in place after every action;
 a refused request (admission "never") is shown and changes nothing; any other error is shown too
 (:mod:`~paged_kv.widgets.panel`), and the next click runs as usual.  The
@@ -51,6 +52,7 @@ def serving_panel(model=None, tokenizer=None, config: EngineConfig | None = None
     run = w.Button(description="run until idle")
     which = w.Dropdown(options=[], description="request", layout=w.Layout(width="170px"))
     preempt = w.Button(description="preempt", button_style="warning")
+    abort = w.Button(description="abort", button_style="danger")
     mode = w.ToggleButtons(options=["swap", "recompute"], value=config.preemption_mode, description="mode")
     status = w.HTML()
 
@@ -58,8 +60,10 @@ def serving_panel(model=None, tokenizer=None, config: EngineConfig | None = None
         update_figure(fig, out, lambda f: refresh_serving_figure(f, engine.records, title),
                       lambda: serving_figure(engine.records, title, replay=False))
         keep = which.value
-        which.options = [str(r.request_id) for r in engine.scheduler.running]
-        if which.options:                        # keep the selection, or pick the first running request
+        sch = engine.scheduler
+        live = sorted([*sch.waiting, *sch.running, *sch.swapped], key=lambda r: r.order)
+        which.options = [str(r.request_id) for r in live]
+        if which.options:                        # keep the selection, or pick the first unfinished request
             which.value = keep if keep in which.options else which.options[0]
         texts = "<br>".join(f"<b>{html.escape(str(o.request_id), quote=False)}</b>: "      # streamed, see
                             f"{html.escape(repr(t), quote=False)}"                     # RequestOutput.text
@@ -82,12 +86,19 @@ def serving_panel(model=None, tokenizer=None, config: EngineConfig | None = None
         used = engine.scheduler.preempt(_request_id(engine, which.value), mode.value)
         return f"request {which.value} preempted by {used}"
 
+    def abort_selected():
+        if which.value is None:
+            return "no request to abort"
+        engine.abort_request(_request_id(engine, which.value))
+        return f"request {which.value} aborted: its blocks are free"
+
     add.on_click(act(submit))
     step.on_click(act(lambda: engine.step() and None))
     run.on_click(act(lambda: run_until_idle(engine)))
     preempt.on_click(act(preempt_selected))
+    abort.on_click(act(abort_selected))
     redraw()
-    panel = w.VBox([w.HBox([prompt, max_tokens, n, add]), w.HBox([step, run, which, preempt]), mode,
+    panel = w.VBox([w.HBox([prompt, max_tokens, n, add]), w.HBox([step, run, which, preempt, abort]), mode,
                     status, fig if out is None else out])
     panel.engine = engine
     return panel

@@ -63,7 +63,7 @@ def test_panel_submit_step_preempt_and_refuse(small_model):
     panel = serving_panel(small_model, None, EngineConfig(block_size=4, num_gpu_blocks=6, num_cpu_blocks=6,
                                                           watermark=0.0), use_figure_widget=False)
     engine = panel.engine
-    (prompt, max_tokens, n, submit), (step, run_all, which, preempt), mode, status, _ = (
+    (prompt, max_tokens, n, submit), (step, run_all, which, preempt, abort), mode, status, _ = (
         list(panel.children[0].children), list(panel.children[1].children), *panel.children[2:])
     engine.tokenizer = None
     prompt.value = "\x05\x06\x07"                       # bytes 5, 6, 7: the small model's vocabulary
@@ -82,6 +82,31 @@ def test_panel_submit_step_preempt_and_refuse(small_model):
     run_all.click()
     assert not engine.has_unfinished_requests() and len(engine.output("A").token_ids[0]) == 5
     assert engine.records[-1].pool.used_blocks == 0
+
+
+def test_panel_aborts_the_selected_request_in_any_state(small_model):
+    """The abort button ends the chosen request, waiting or running, frees its blocks at once (the
+    figure's last record shows them free) and leaves the others running."""
+    panel = serving_panel(small_model, ByteTokenizer(), EngineConfig(block_size=4, num_gpu_blocks=16,
+                                                                      watermark=0.0), use_figure_widget=False)
+    engine = panel.engine
+    (prompt, max_tokens, n, submit), (step, run_all, which, preempt, abort), mode, status, _ = (
+        list(panel.children[0].children), list(panel.children[1].children), *panel.children[2:])
+    prompt.value, max_tokens.value = "\x05\x06\x07\x08\x09", 20
+    submit.click()
+    submit.click()
+    assert which.options == ("A", "B")                 # waiting requests can be chosen too
+    which.value = "B"
+    abort.click()
+    assert "B aborted" in status.value and engine.output("B").finish_reason == ["abort"]
+    step.click()
+    step.click()
+    which.value = "A"
+    abort.click()
+    assert engine.output("A").finish_reason == ["abort"] and not engine.has_unfinished_requests()
+    assert engine.records[-1].pool.used_blocks == 0 and engine.scheduler.manager.num_free_blocks == 16
+    abort.click()
+    assert "no request to abort" in status.value
 
 
 def test_panel_streams_text_without_a_broken_last_character(small_model):
