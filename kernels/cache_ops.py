@@ -21,7 +21,7 @@ import torch
 
 from paged_kv.errors import CacheError, TensorError
 
-from .checks import check_tensor, check_tuning
+from .checks import check_tensor, check_tuning, check_writable
 from .runtime import check_kernel_dtype, require_triton, tl, triton
 from . import timing
 
@@ -36,8 +36,9 @@ def store_kv_reference(k, v, k_cache, v_cache, slot_mapping):
 
     Token ``t`` goes to block ``slot_mapping[t] // BS``, offset ``slot_mapping[t] % BS``;
     ``slot_mapping[t] == -1`` skips the token (padding).  Checks its arguments as
-    :func:`store_kv` does (any dtype is fine here, and the two caches may differ in strides),
-    so a slot of ``-5`` or ``NB * BS`` raises ``CacheError`` instead of wrapping around.
+    :func:`store_kv` does (any dtype is fine here), so a slot of ``-5`` or ``NB * BS`` raises
+    ``CacheError`` instead of wrapping around, and strides as it does: any for the inputs, any
+    for the caches but one whose elements share memory (``TensorError``).
     """
     _check_store_args(k, v, k_cache, v_cache, slot_mapping)
     BS = k_cache.shape[1]
@@ -54,6 +55,8 @@ def _check_store_args(k, v, k_cache, v_cache, slot_mapping) -> None:
     check_tensor("k_cache", k_cache, 4, dtype=k.dtype, device=k.device)
     check_tensor("v_cache", v_cache, 4, dtype=k.dtype, device=k.device)
     check_tensor("slot_mapping", slot_mapping, 1, dtype=torch.int64, device=k.device)
+    check_writable("k_cache", k_cache)
+    check_writable("v_cache", v_cache)
     T, Hkv, D = k.shape
     NB, BS = k_cache.shape[:2]
     if v.shape != k.shape:
@@ -95,11 +98,13 @@ def cache_offset(block_id, in_block, stride_block, stride_slot):
 @triton.jit
 def _store_kv_kernel(
     K, V,                     # new keys / values [T, Hkv, D] (contiguous)
-    KCache, VCache,           # one layer's caches [NB, BS, Hkv, D] (same strides)
-    SlotMapping,              # int64 [T]: slot of each token, -1 = skip
+    KCache, VCache,           # one layer's caches [NB, BS, Hkv, D], each with its own strides
+    SlotMapping,              # int64 [T]: slot of each token, -1 = skip (contiguous)
     stride_kt, stride_kh,     # strides of k and v (elements); their D stride is 1
-    stride_cb, stride_cs,     # cache strides of a block and of a slot within the block
-    stride_ch, stride_cd,     # cache strides of a KV head and of one head_dim element
+    stride_kcb, stride_kcs,   # k cache strides of a block and of a slot within the block
+    stride_kch, stride_kcd,   # k cache strides of a KV head and of one head_dim element
+    stride_vcb, stride_vcs,   # the same four for the v cache
+    stride_vch, stride_vcd,
     Hkv: tl.constexpr,        # kv heads
     BLOCK_H: tl.constexpr,    # next power of two >= Hkv (rows masked)
     D: tl.constexpr,          # head_dim
@@ -113,12 +118,18 @@ def _store_kv_kernel(
         offs_d = tl.arange(0, BLOCK_D)
         mask = (offs_h[:, None] < Hkv) & (offs_d[None, :] < D)       # (BLOCK_H, BLOCK_D)
         src = t * stride_kt + offs_h[:, None] * stride_kh + offs_d[None, :]
-        dst = (cache_offset(slot // BLOCK_SIZE, slot % BLOCK_SIZE, stride_cb, stride_cs)
-               + offs_h[:, None] * stride_ch + offs_d[None, :] * stride_cd)
+        block, in_block = slot // BLOCK_SIZE, slot % BLOCK_SIZE
+        # Head and D offsets in int64 too: a permuted (head- or D-major) cache has strides of
+        # NB * BS * ..., past 2^31 on a big pool.
+        heads, dims = offs_h[:, None].to(tl.int64), offs_d[None, :].to(tl.int64)
+        k_dst = (cache_offset(block, in_block, stride_kcb, stride_kcs)
+                 + heads * stride_kch + dims * stride_kcd)
+        v_dst = (cache_offset(block, in_block, stride_vcb, stride_vcs)
+                 + heads * stride_vch + dims * stride_vcd)
         k = tl.load(K + src, mask=mask)                 # (BLOCK_H, BLOCK_D)
         v = tl.load(V + src, mask=mask)
-        tl.store(KCache + dst, k, mask=mask)
-        tl.store(VCache + dst, v, mask=mask)
+        tl.store(KCache + k_dst, k, mask=mask)
+        tl.store(VCache + v_dst, v, mask=mask)
 
 
 def store_kv(k, v, k_cache, v_cache, slot_mapping):
@@ -127,30 +138,36 @@ def store_kv(k, v, k_cache, v_cache, slot_mapping):
     Args:
         k, v: ``[T, Hkv, D]`` this step's keys and values.
         k_cache, v_cache: ``[NB, BS, Hkv, D]`` one layer's caches, same dtype and device as
-            ``k`` (any strides, but the same for both).
+            ``k``, written in place.
         slot_mapping: ``[T]`` int64, ``0 <= slot < NB * BS`` or ``-1`` to skip the token.
             Two tokens must not share a slot (which one wins would be unspecified).
 
+    Strides: ``k``, ``v`` and ``slot_mapping`` are only read: any layout, copied contiguous
+    first when they are not.  The caches are written in place, so never copied: the kernel
+    writes through their own strides, k's and v's apart, which serves any layout (transposed,
+    sliced, narrowed) except one whose elements share memory (an ``expand``), refused with
+    ``TensorError`` (``kernels/checks.py``, ``check_writable``).
+
     Raises:
-        TensorError: wrong rank, shapes that do not fit, dtype/device mismatch.
+        TensorError: wrong rank, shapes that do not fit, dtype/device mismatch, a cache whose
+            elements share memory.
         CacheError: a slot outside ``-1 .. NB*BS - 1``.
         DTypeNotSupportedError, KernelUnavailableError: see :mod:`kernels.runtime`.
     """
     _check_store_args(k, v, k_cache, v_cache, slot_mapping)
-    if v_cache.stride() != k_cache.stride():
-        raise TensorError(f"k_cache and v_cache must have the same strides, got {k_cache.stride()} "
-                          f"and {v_cache.stride()}")
     check_kernel_dtype(k.dtype, k.device)
     T, Hkv, D = k.shape
     BS = k_cache.shape[1]
     if T == 0:
         return
     require_triton()
-    k, v = k.contiguous(), v.contiguous()
+    # Read-only inputs: contiguous (no copy when they are); the kernel reads them with unit D
+    # and slot strides.  The caches go in as they are, with their strides.
+    k, v, slot_mapping = k.contiguous(), v.contiguous(), slot_mapping.contiguous()
     _store_kv_kernel[(T,)](
         k, v, k_cache, v_cache, slot_mapping,
         k.stride(0), k.stride(1),
-        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), k_cache.stride(3),
+        *k_cache.stride(), *v_cache.stride(),
         Hkv=Hkv, BLOCK_H=triton.next_power_of_2(Hkv), D=D, BLOCK_D=triton.next_power_of_2(D),
         BLOCK_SIZE=BS,
     )
@@ -204,12 +221,18 @@ def swap_blocks(src_cache, dst_cache, block_mapping):
         src_cache, dst_cache: ``[L, NB_src, BS, Hkv, D]`` and ``[L, NB_dst, BS, Hkv, D]``, same dtype.
         block_mapping: ``[N, 2]`` int64 ``(src block, dst block)`` rows, destinations distinct.
 
+    Strides: ``src_cache`` and ``block_mapping`` are only read: any layout.  ``dst_cache`` is
+    written in place (``index_copy_``, through its own strides): any layout but one whose
+    elements share memory (an ``expand``), refused with ``TensorError`` before anything moves.
+
     Raises:
-        TensorError: ranks, shapes or dtypes that do not fit, a mapping that is not int64 ``[N, 2]``.
+        TensorError: ranks, shapes or dtypes that do not fit, a mapping that is not int64 ``[N, 2]``,
+            a destination whose elements share memory.
         CacheError: a block id outside its pool, or a destination named twice.
     """
     check_tensor("src_cache", src_cache, 5)
     check_tensor("dst_cache", dst_cache, 5, dtype=src_cache.dtype)
+    check_writable("dst_cache", dst_cache)
     if src_cache.shape[0] != dst_cache.shape[0] or src_cache.shape[2:] != dst_cache.shape[2:]:
         raise TensorError(f"pools differ beyond their block counts: {tuple(src_cache.shape)} and "
                           f"{tuple(dst_cache.shape)}")

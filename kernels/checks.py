@@ -73,3 +73,67 @@ def check_seq_lens(seq_lens, B: int, max_len: int, device, name: str = "seq_lens
         raise TensorError(f"{name} must be >= {min_len}, got {lo}")
     if hi > max_len:
         raise TensorError(f"{name} has {hi}, more than the {max_len} tokens the tensor holds")
+
+
+# ---------------------------------------------------------------------------------------------
+# Strides: the wrappers' one policy.
+#
+# A tensor a kernel only *reads* (q, k, v, lengths, block tables, slot mappings, a cache that
+# attention reads) may have any strides: transposed, step-sliced, narrowed, expanded.  The wrapper
+# passes the kernel its strides where the kernel takes them, and otherwise a ``.contiguous()``
+# copy (no copy when it already is), and allocates every output from that contiguous tensor,
+# never ``*_like`` of the caller's view.  A tensor a kernel *writes in place* (a cache, a swap
+# destination) cannot be copied -- the writes would land in the copy and be lost -- so its
+# layout is checked here and refused, naming the argument and its strides, when the kernel
+# could not write it exactly.
+# ---------------------------------------------------------------------------------------------
+def may_overlap(t: torch.Tensor) -> bool:
+    """True unless the strides prove that no two elements of ``t`` share memory.
+
+    Sort the dims of size > 1 by stride; each stride must pass the furthest offset the smaller
+    dims reach.  A stride 0 (``expand``) fails at once.  The test is sufficient, not necessary:
+    an exotic interleaving such as shape ``(3, 2)`` with strides ``(2, 3)`` is disjoint but fails
+    it (no tensor built by slicing, transposing or narrowing a fresh one does).
+    """
+    reach = 0                                           # furthest offset of the dims seen so far
+    for stride, size in sorted((st, sz) for st, sz in zip(t.stride(), t.shape) if sz > 1):
+        if stride <= reach:
+            return True
+        reach += stride * (size - 1)
+    return False
+
+
+def check_writable(name: str, t: torch.Tensor) -> None:
+    """Raise ``TensorError`` unless ``t`` can be written in place element by element.
+
+    Any strides pass (transposed, step-sliced, narrowed), but not a view in which several
+    elements share memory (``expand``, some ``as_strided``): which write would win is undefined,
+    and a copy would receive the writes instead of the caller's tensor.
+    """
+    if t.numel() and may_overlap(t):
+        raise TensorError(
+            f"{name} (shape {tuple(t.shape)}, strides {t.stride()}) is written in place, but some "
+            f"of its elements share memory (an expand() or as_strided() view?), so which write "
+            f"wins is undefined: pass a tensor whose elements are its own, e.g. from torch.empty")
+
+
+def check_contiguous(name: str, t: torch.Tensor, why: str) -> None:
+    """Raise ``TensorError`` unless ``t`` is contiguous; ``why``: what the kernel assumes.
+
+    For a tensor written in place whose kernel computes flat offsets: a ``.contiguous()`` copy
+    would take the writes and the caller's tensor would never see them, so the wrapper refuses.
+    """
+    if not t.is_contiguous():
+        raise TensorError(
+            f"{name} must be contiguous ({why}); got strides {t.stride()} for shape "
+            f"{tuple(t.shape)}, contiguous would be {_contiguous_strides(t.shape)}. It is written "
+            f"in place, so it cannot be copied contiguous (the copy would take the writes): "
+            f"allocate it contiguous, e.g. with torch.empty(shape)")
+
+
+def _contiguous_strides(shape) -> tuple:
+    strides, step = [], 1
+    for size in reversed(tuple(shape)):
+        strides.append(step)
+        step *= max(size, 1)
+    return tuple(reversed(strides))

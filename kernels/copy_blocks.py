@@ -24,7 +24,7 @@ import torch
 from paged_kv.errors import CacheError, TensorError
 
 from . import timing
-from .checks import check_tensor
+from .checks import check_contiguous, check_tensor, check_writable
 from .runtime import check_kernel_dtype, require_triton, tl, triton
 
 
@@ -36,7 +36,8 @@ from .runtime import check_kernel_dtype, require_triton, tl, triton
 def copy_blocks_reference(k_caches, v_caches, block_mapping):
     """Copy block ``src`` into block ``dst`` for every ``(src, dst)`` row of ``block_mapping [N, 2]``,
     in every layer of ``k_caches, v_caches [L, NB, BS, Hkv, D]``, in place.  Checks its arguments
-    as :func:`copy_blocks` does."""
+    as :func:`copy_blocks` does, but takes caches of any layout whose elements do not share memory
+    (torch indexing writes through strides; the kernel needs them contiguous)."""
     _check_copy_args(k_caches, v_caches, block_mapping)
     if block_mapping.shape[0] == 0:
         return
@@ -49,6 +50,8 @@ def _check_copy_args(k_caches, v_caches, block_mapping) -> None:
     """The checks :func:`copy_blocks` and :func:`copy_blocks_reference` share."""
     check_tensor("k_caches", k_caches, 5)
     check_tensor("v_caches", v_caches, 5, dtype=k_caches.dtype, device=k_caches.device)
+    check_writable("k_caches", k_caches)
+    check_writable("v_caches", v_caches)
     if v_caches.shape != k_caches.shape:
         raise TensorError(f"k_caches and v_caches must have one shape, got {tuple(k_caches.shape)} "
                           f"and {tuple(v_caches.shape)}")
@@ -108,10 +111,17 @@ def copy_blocks(k_caches, v_caches, block_mapping, block_e: int = 1024):
 
     Args:
         k_caches, v_caches: ``[L, NB, BS, Hkv, D]`` all layers' caches, contiguous, same dtype
-            and device.
+            and device; written in place.
         block_mapping: ``[N, 2]`` int64 rows ``(src, dst)``; destinations distinct and never a
             source (the manager's copies go into fresh blocks); a source may repeat.
         block_e: elements each program moves per iteration (a power of two; capped at the block).
+
+    Strides: ``block_mapping`` is only read: any layout, copied contiguous first when it is not.
+    The caches are written in place, and the kernel addresses block ``b`` of layer ``l`` as the
+    flat run of ``E`` elements from ``(l * NB + b) * E``, so they must be contiguous.  A
+    contiguous copy would take the writes and lose them, so any other layout is refused with
+    ``TensorError`` naming the cache and its strides (``kernels/checks.py``,
+    ``check_contiguous``).  The reference takes any layout whose elements do not share memory.
 
     Raises:
         TensorError: a bad rank, shape, dtype or device, or a non-contiguous cache.
@@ -120,8 +130,8 @@ def copy_blocks(k_caches, v_caches, block_mapping, block_e: int = 1024):
         DTypeNotSupportedError, KernelUnavailableError: see :mod:`kernels.runtime`.
     """
     _check_copy_args(k_caches, v_caches, block_mapping)
-    if not (k_caches.is_contiguous() and v_caches.is_contiguous()):
-        raise TensorError("k_caches and v_caches must be contiguous [L, NB, BS, Hkv, D] tensors")
+    for name, t in (("k_caches", k_caches), ("v_caches", v_caches)):
+        check_contiguous(name, t, "the kernel copies each block as one flat run of BS * Hkv * D elements")
     check_kernel_dtype(k_caches.dtype, k_caches.device)
     N = block_mapping.shape[0]
     if N == 0:

@@ -175,16 +175,20 @@ def decode_attention(q, k_cache, v_cache, seq_lens, scale=None, num_splits=None,
 
     Args:
         q: ``[B, H, D]``.
-        k_cache, v_cache: ``[B, T_max, Hkv, D]`` (any strides with a unit D stride are copied
-            contiguous first), same dtype/device as ``q``.
+        k_cache, v_cache: ``[B, T_max, Hkv, D]``, same dtype/device as ``q``.
         seq_lens: ``[B]`` int32 with ``1 <= seq_lens[b] <= T_max``.
         scale: default ``1 / sqrt(D)``.
         num_splits: chunks per sequence, an int >= 1 (more than the tokens fill are dropped);
             ``None``: the default from :func:`choose_num_splits`.
         block_n: cached tokens per inner step, a power of two >= 16 (``tl.dot`` needs 16).
 
+    Strides: every argument is only read, so any layout works.  The caches are passed with their
+    own strides when their D stride is 1 and ``v_cache`` has ``k_cache``'s strides (a sliced or
+    expanded cache costs no copy); otherwise both are copied contiguous first, as are a
+    non-contiguous ``q`` and ``seq_lens`` (see ``kernels/checks.py``).
+
     Returns:
-        ``[B, H, D]`` in ``q.dtype``.
+        A new contiguous ``[B, H, D]`` in ``q.dtype``.
 
     Raises:
         ConfigError: a ``num_splits`` or ``block_n`` out of range.
@@ -202,12 +206,15 @@ def decode_attention(q, k_cache, v_cache, seq_lens, scale=None, num_splits=None,
         raise TensorError(f"k_cache has batch {k_cache.shape[0]}, q has {B}")
     T_max, Hkv = k_cache.shape[1], k_cache.shape[2]
     check_seq_lens(seq_lens, B, T_max, q.device)
+    # Read-only inputs, any strides.  The split kernel takes q's and the cache's strides but
+    # assumes a unit D stride, v laid out like k and seq_lens dense: copy only what breaks that.
+    # The output is allocated below from the contiguous q, never like the caller's view.
+    q, seq_lens = q.contiguous(), seq_lens.contiguous()
+    if k_cache.stride(-1) != 1 or v_cache.stride() != k_cache.stride():
+        k_cache, v_cache = k_cache.contiguous(), v_cache.contiguous()
     if B == 0:
         return torch.empty_like(q)
     require_triton()
-    q = q.contiguous()
-    if k_cache.stride(-1) != 1 or v_cache.stride() != k_cache.stride():
-        k_cache, v_cache = k_cache.contiguous(), v_cache.contiguous()
     scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
     group = H // Hkv
     max_len = int(seq_lens.max())

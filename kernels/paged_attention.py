@@ -83,14 +83,16 @@ def paged_decode_attention_reference(q, k_cache, v_cache, block_tables, seq_lens
 @triton.jit
 def _paged_decode_split_kernel(
     Q,                        # q [B, H, D]
-    KCache, VCache,           # one layer's caches [NB, BS, Hkv, D] (k and v share strides)
+    KCache, VCache,           # one layer's caches [NB, BS, Hkv, D], each with its own strides
     BlockTables,              # int32 [B, max_blocks]: physical block of each logical block
     SeqLens,                  # int32 [B]: tokens of each sequence (the new one included)
     PartOut, PartLse,         # fp32 [B,H,S,BLOCK_D] partial outputs; fp32 [B,H,S] log-sum-exp
     stride_qb, stride_qh,     # q strides (elements); its D stride is 1
-    stride_bt,                # block table row stride
-    stride_cb, stride_cs,     # cache strides of a block and of a slot within the block
-    stride_ch, stride_cd,     # cache strides of a KV head and of one head_dim element
+    stride_bt,                # block table row stride (its column stride is 1)
+    stride_kb, stride_ks,     # k cache strides of a block and of a slot within the block
+    stride_kh, stride_kd,     # k cache strides of a KV head and of one head_dim element
+    stride_vb, stride_vs,     # the same four for the v cache
+    stride_vh, stride_vd,
     tokens_per_split,         # token positions each split covers (a multiple of BLOCK_N)
     scale,                    # softmax scale
     H: tl.constexpr,          # query heads
@@ -124,22 +126,24 @@ def _paged_decode_split_kernel(
     start = split * tokens_per_split
     end = tl.minimum(start + tokens_per_split, seq_len)
     table = BlockTables + b * stride_bt
-    head = kvh * stride_ch + offs_d[None, :] * stride_cd     # (1, BLOCK_D) within a slot
+    k_head = kvh * stride_kh + offs_d[None, :].to(tl.int64) * stride_kd   # (1, BLOCK_D) in a slot
+    v_head = kvh * stride_vh + offs_d[None, :].to(tl.int64) * stride_vd   # int64: D-major views
     for start_n in range(start, end, BLOCK_N):
         cols = start_n + offs_n                               # token positions (BLOCK_N,)
         valid = cols < end                                    # past the sequence: never read
         block_ids = tl.load(table + cols // BLOCK_SIZE, mask=valid, other=0)        # int32
-        rows = cache_offset(block_ids, cols % BLOCK_SIZE, stride_cb, stride_cs)     # int64
-        kv_off = rows[:, None] + head                         # (BLOCK_N, BLOCK_D)
+        in_block = cols % BLOCK_SIZE
+        k_off = cache_offset(block_ids, in_block, stride_kb, stride_ks)[:, None] + k_head   # int64
+        v_off = cache_offset(block_ids, in_block, stride_vb, stride_vs)[:, None] + v_head
         kv_mask = valid[:, None] & mask_d[None, :]
-        k = tl.load(KCache + kv_off, mask=kv_mask, other=0.0)               # (BLOCK_N, BLOCK_D)
+        k = tl.load(KCache + k_off, mask=kv_mask, other=0.0)                # (BLOCK_N, BLOCK_D)
         s = tl.dot(q, tl.trans(k)).to(tl.float32) * scale                 # (BLOCK_G, BLOCK_N)
         s = tl.where(valid[None, :], s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, axis=1))            # finite: each step has a valid col
         alpha = tl.exp(m_i - m_new)
         p = tl.exp(s - m_new[:, None])                        # exactly 0 where masked
         l_i = l_i * alpha + tl.sum(p, axis=1)
-        v = tl.load(VCache + kv_off, mask=kv_mask, other=0.0)               # masked rows: 0
+        v = tl.load(VCache + v_off, mask=kv_mask, other=0.0)                # masked rows: 0
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v).to(tl.float32)
         m_i = m_new
 
@@ -196,8 +200,8 @@ def paged_decode_attention(q, k_cache, v_cache, block_tables, seq_lens, scale=No
 
     Args:
         q: ``[B, H, D]`` the new token's queries.
-        k_cache, v_cache: ``[NB, BS, Hkv, D]`` one layer's caches, same dtype/device as ``q``,
-            same strides (any).  Slots outside the sequences may hold anything (even NaN).
+        k_cache, v_cache: ``[NB, BS, Hkv, D]`` one layer's caches, same dtype/device as ``q``.
+            Slots outside the sequences may hold anything (even NaN).
         block_tables: ``[B, max_blocks]`` int32; ids may be in any order and may repeat
             (shared blocks); entries past ``ceil(seq_lens[b] / BS)`` are never read.
         seq_lens: ``[B]`` int32, ``1 <= seq_lens[b] <= max_blocks * BS``.
@@ -206,8 +210,13 @@ def paged_decode_attention(q, k_cache, v_cache, block_tables, seq_lens, scale=No
             :func:`kernels.decode_attention.choose_num_splits` (1 under the interpreter).
         block_n: token positions per inner step (>= 16, a power of two).
 
+    Strides: every argument is only read, so any layout works.  The caches are passed with
+    their own strides, k's and v's apart (a pool is never copied: a transposed, sliced or
+    expanded one costs nothing); ``q``, ``block_tables`` and ``seq_lens`` are copied contiguous
+    first when they are not (see ``kernels/checks.py``).
+
     Returns:
-        ``[B, H, D]`` in ``q.dtype`` (empty when ``B == 0``).
+        A new contiguous ``[B, H, D]`` in ``q.dtype`` (empty when ``B == 0``).
 
     Raises:
         ConfigError: a ``num_splits`` or ``block_n`` out of range.
@@ -222,16 +231,16 @@ def paged_decode_attention(q, k_cache, v_cache, block_tables, seq_lens, scale=No
     check_tensor("k_cache", k_cache, 4)
     check_tensor("v_cache", v_cache, 4)
     check_qkv(q, k_cache, v_cache)
-    if v_cache.stride() != k_cache.stride():
-        raise TensorError(f"k_cache and v_cache must share strides, got {k_cache.stride()} and {v_cache.stride()}")
     B, H, D = q.shape
     NB, BS, Hkv = k_cache.shape[:3]
     max_len = check_block_tables(block_tables, seq_lens, NB, BS, B, q.device)
+    # Read-only, any strides: the caches go in with their own strides; the kernel assumes q's D
+    # stride, the table's column stride and seq_lens' stride are 1, so those are made contiguous
+    # (no copy when they are), and the output is allocated from the contiguous q.
+    q, block_tables, seq_lens = q.contiguous(), block_tables.contiguous(), seq_lens.contiguous()
     if B == 0:
         return torch.empty_like(q)
     require_triton()
-    q = q.contiguous()
-    block_tables = block_tables.contiguous()
     scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
     group = H // Hkv
     S = num_splits if num_splits is not None else choose_num_splits(B * Hkv, max_len, block_n, q.device)
@@ -244,7 +253,7 @@ def paged_decode_attention(q, k_cache, v_cache, block_tables, seq_lens, scale=No
         q, k_cache, v_cache, block_tables, seq_lens, part_out, part_lse,
         q.stride(0), q.stride(1),
         block_tables.stride(0),
-        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), k_cache.stride(3),
+        *k_cache.stride(), *v_cache.stride(),
         tokens_per_split, scale,
         H=H, S=S, GROUP=group, BLOCK_G=max(16, triton.next_power_of_2(group)),
         D=D, BLOCK_D=BLOCK_D, BLOCK_SIZE=BS, BLOCK_N=block_n,

@@ -93,14 +93,16 @@ def _check_prefill_args(q, k_cache, v_cache, block_tables, context_lens, query_l
 # ---------------------------------------------------------------------------------------------
 @triton.jit
 def paged_prefill_kernel(
-    Q, Out,                   # q and out [B, T, H, D] (same strides)
-    KCache, VCache,           # one layer's caches [NB, BS, Hkv, D] (k and v share strides)
+    Q, Out,                   # q and out [B, T, H, D] (same strides: out is allocated like q)
+    KCache, VCache,           # one layer's caches [NB, BS, Hkv, D], each with its own strides
     BlockTables,              # int32 [B, max_blocks]
     ContextLens, QueryLens,   # int32 [B]: tokens cached before the chunk; tokens in the chunk
     stride_qb, stride_qt, stride_qh,   # q/out strides (elements); the D stride is 1
-    stride_bt,                # block table row stride
-    stride_cb, stride_cs,     # cache strides of a block and of a slot within the block
-    stride_ch, stride_cd,     # cache strides of a KV head and of one head_dim element
+    stride_bt,                # block table row stride (its column stride is 1)
+    stride_kb, stride_ks,     # k cache strides of a block and of a slot within the block
+    stride_kh, stride_kd,     # k cache strides of a KV head and of one head_dim element
+    stride_vb, stride_vs,     # the same four for the v cache
+    stride_vh, stride_vd,
     scale,                    # softmax scale
     H: tl.constexpr,          # query heads
     GROUP: tl.constexpr,      # query heads per KV head
@@ -135,16 +137,18 @@ def paged_prefill_kernel(
     acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
 
     table = BlockTables + b * stride_bt
-    head = kvh * stride_ch + offs_d[None, :] * stride_cd     # (1, BLOCK_D) within a slot
+    k_head = kvh * stride_kh + offs_d[None, :].to(tl.int64) * stride_kd   # (1, BLOCK_D) in a slot
+    v_head = kvh * stride_vh + offs_d[None, :].to(tl.int64) * stride_vd   # int64: D-major views
     end_n = context + tl.minimum(start_m + BLOCK_M, qlen)     # keys past the tile's last query: never
     for start_n in range(0, end_n, BLOCK_N):
         cols = start_n + offs_n                               # key positions (BLOCK_N,)
         valid = cols < end_n
         block_ids = tl.load(table + cols // BLOCK_SIZE, mask=valid, other=0)          # int32
-        rows = cache_offset(block_ids, cols % BLOCK_SIZE, stride_cb, stride_cs)       # int64
-        kv_off = rows[:, None] + head
+        in_block = cols % BLOCK_SIZE
+        k_off = cache_offset(block_ids, in_block, stride_kb, stride_ks)[:, None] + k_head   # int64
+        v_off = cache_offset(block_ids, in_block, stride_vb, stride_vs)[:, None] + v_head
         kv_mask = valid[:, None] & mask_d[None, :]
-        k = tl.load(KCache + kv_off, mask=kv_mask, other=0.0)                     # (BLOCK_N, BLOCK_D)
+        k = tl.load(KCache + k_off, mask=kv_mask, other=0.0)                      # (BLOCK_N, BLOCK_D)
         s = tl.dot(q, tl.trans(k)).to(tl.float32) * scale                       # (BLOCK_M, BLOCK_N)
         allowed = (cols[None, :] <= qpos[:, None]) & valid[None, :] & mask_m[:, None]
         s = tl.where(allowed, s, float("-inf"))
@@ -153,7 +157,7 @@ def paged_prefill_kernel(
         alpha = tl.exp(m_i - m_safe)
         p = tl.exp(s - m_safe[:, None])
         l_i = l_i * alpha + tl.sum(p, axis=1)
-        v = tl.load(VCache + kv_off, mask=kv_mask, other=0.0)
+        v = tl.load(VCache + v_off, mask=kv_mask, other=0.0)
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v).to(tl.float32)
         m_i = m_new
 
@@ -176,8 +180,14 @@ def paged_prefill_attention(q, k_cache, v_cache, block_tables, context_lens, que
         block_m, block_n: query rows per program and key positions per inner step (powers of two
             >= 16: ``tl.dot`` needs 16).
 
+    Strides: every argument is only read, so any layout works.  The caches are passed with their
+    own strides, k's and v's apart (a pool is never copied); ``q``, ``block_tables``,
+    ``context_lens`` and ``query_lens`` are copied contiguous first when they are not, and the
+    output is allocated from the contiguous ``q`` (the kernel writes it with q's strides; see
+    ``kernels/checks.py``).
+
     Returns:
-        ``[B, T, H, D]`` in ``q.dtype``; rows at or past ``query_lens[b]`` are zero.
+        A new contiguous ``[B, T, H, D]`` in ``q.dtype``; rows at or past ``query_lens[b]`` are zero.
 
     Raises:
         ConfigError: ``block_m``/``block_n`` not a power-of-two int >= 16.
@@ -188,21 +198,25 @@ def paged_prefill_attention(q, k_cache, v_cache, block_tables, context_lens, que
     block_m = check_tuning("block_m", block_m, minimum=16, power_of_two=True)
     block_n = check_tuning("block_n", block_n, minimum=16, power_of_two=True)
     _check_prefill_args(q, k_cache, v_cache, block_tables, context_lens, query_lens)
-    if k_cache.stride() != v_cache.stride():
-        raise TensorError(f"k_cache and v_cache must share strides, got {k_cache.stride()} and {v_cache.stride()}")
     B, T, H, D = q.shape
-    out = torch.zeros_like(q)
+    # Read-only, any strides: the caches go in with their own strides; the kernel assumes a unit
+    # D stride for q, unit column/element strides for the table and the lengths, and writes out
+    # with q's strides.  So make those contiguous first (no copy when they are) and allocate out
+    # from the contiguous q: zeros_like of a transposed q kept its strides while the kernel wrote
+    # it with the copy's, and every row landed in the wrong place.
+    q, block_tables = q.contiguous(), block_tables.contiguous()
+    context_lens, query_lens = context_lens.contiguous(), query_lens.contiguous()
+    out = torch.zeros_like(q)                  # contiguous, so exactly q's strides
     if B == 0:
         return out
     require_triton()
-    q = q.contiguous()
     scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
     grid = (triton.cdiv(T, block_m), B * H)
     paged_prefill_kernel[grid](
         q, out, k_cache, v_cache, block_tables, context_lens, query_lens,
         q.stride(0), q.stride(1), q.stride(2),
         block_tables.stride(0),
-        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), k_cache.stride(3),
+        *k_cache.stride(), *v_cache.stride(),
         scale,
         H=H, GROUP=H // k_cache.shape[2], D=D, BLOCK_D=head_tile(D),
         BLOCK_SIZE=k_cache.shape[1], BLOCK_M=block_m, BLOCK_N=block_n,

@@ -149,8 +149,12 @@ def prefill_attention(q, k, v, seq_lens=None, scale=None, block_m: int = 16, blo
         block_m, block_n: query rows per program and keys per inner step, powers of two
             >= 16 (``tl.dot`` needs 16).
 
+    Strides: every argument is only read, so any layout works (transposed, sliced, narrowed,
+    expanded); what is not contiguous is copied contiguous first (see ``kernels/checks.py``).
+
     Returns:
-        ``[B, T, H, D]`` in ``q.dtype``; rows at or past ``seq_lens[b]`` are left as zeros.
+        A new contiguous ``[B, T, H, D]`` in ``q.dtype``; rows at or past ``seq_lens[b]`` are
+        left as zeros.
 
     Raises:
         ConfigError: ``block_m``/``block_n`` not a power-of-two int >= 16.
@@ -170,11 +174,15 @@ def prefill_attention(q, k, v, seq_lens=None, scale=None, block_m: int = 16, blo
     if seq_lens is None:
         seq_lens = torch.full((B,), T, dtype=torch.int32, device=q.device)
     check_seq_lens(seq_lens, B, T, q.device)
+    # Read-only inputs, any strides: the kernel takes q's and k's strides but assumes a unit D
+    # stride, v laid out like k and seq_lens dense, so copy whatever is not contiguous (no copy
+    # when it is).  Then out is allocated from the contiguous q: zeros_like of the caller's view
+    # would copy its strides, D stride included, and the kernel would write the wrong places.
+    q, k, v, seq_lens = q.contiguous(), k.contiguous(), v.contiguous(), seq_lens.contiguous()
     out = torch.zeros_like(q)
     if B == 0 or T == 0:
         return out
     require_triton()
-    q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
     grid = (triton.cdiv(T, block_m), B * H)
     _prefill_attention_kernel[grid](

@@ -82,6 +82,17 @@ def _t(*shape, dtype, g):
     return torch.randn(*shape, dtype=torch.float32, generator=g).to(dtype)
 
 
+def _v_layout(vc, case):
+    """``case["v"] == "narrow"``: the v cache as ``[..., 1:D + 1]`` of one 3 wider, so its strides
+    differ from k's and are not multiples of 16.  The paged kernels take k's and v's strides apart,
+    and Triton specialises on a stride's divisibility by 16: this compiles another variant (a
+    layout whose strides stay multiples of 16, such as a head-major pool, compiles the same one)."""
+    if case.get("v") != "narrow":
+        return vc
+    wide = torch.zeros(*vc.shape[:-1], vc.shape[-1] + 3, dtype=vc.dtype)
+    return wide[..., 1:vc.shape[-1] + 1].copy_(vc)
+
+
 def launch(case: dict, dtype: torch.dtype) -> None:
     """Call the wrapper ``case['kernel']`` on CPU tensors of the case's shape class."""
     g = torch.Generator().manual_seed(0)
@@ -103,6 +114,7 @@ def launch(case: dict, dtype: torch.dtype) -> None:
     elif kind in ("paged_decode_attention", "paged_prefill_attention"):
         B, NB = 2, 12
         kc, vc = _t(NB, BS, Hkv, D, dtype=dtype, g=g), _t(NB, BS, Hkv, D, dtype=dtype, g=g)
+        vc = _v_layout(vc, case)
         nblk = 3
         tables = torch.tensor([[5, 2, 9], [0, 7, 11]], dtype=torch.int32)
         if kind == "paged_decode_attention":
@@ -117,6 +129,7 @@ def launch(case: dict, dtype: torch.dtype) -> None:
     elif kind == "store_kv":
         N, NB = 5, 4
         kc, vc = _t(NB, BS, Hkv, D, dtype=dtype, g=g), _t(NB, BS, Hkv, D, dtype=dtype, g=g)
+        vc = _v_layout(vc, case)
         slots = torch.tensor([0, 3, -1, NB * BS - 1, 1], dtype=torch.int64)
         cache_ops.store_kv(_t(N, Hkv, D, dtype=dtype, g=g), _t(N, Hkv, D, dtype=dtype, g=g), kc, vc, slots)
     elif kind == "copy_blocks":
@@ -167,6 +180,10 @@ CLASSES = [
     {"kernel": "prefill_attention", "block_m": 64, "block_n": 64},
     {"kernel": "decode_attention", "D": 128, "block_n": 64},
     {"kernel": "copy_blocks", "BS": 128, "D": 128, "Hkv": 8, "block_e": 4096},
+    # a v cache laid out unlike k's (the kernels read each with its own strides)
+    {"kernel": "paged_decode_attention", "v": "narrow"},
+    {"kernel": "paged_prefill_attention", "v": "narrow"},
+    {"kernel": "store_kv", "v": "narrow"},
 ]
 BIG = [c for c in CLASSES if c.get("D", 64) >= 192 or c.get("BS", 16) == 128]
 
