@@ -281,6 +281,8 @@ class Scheduler:
         req = self._request(request_id)
         if req.status == FINISHED:
             return req
+        if req.status == SWAPPED:
+            self._drop_pending_swap_out(req)
         for s in req.seqs:
             if s.seq_id in self.manager:      # its GPU blocks, or its CPU blocks if swapped out
                 self.manager.free(s.seq_id)
@@ -290,6 +292,17 @@ class Scheduler:
         queue = {WAITING: self.waiting, RUNNING: self.running, SWAPPED: self.swapped}[req.status]
         queue.remove(req)
         return self._end(req)
+
+    def _drop_pending_swap_out(self, req: Request) -> None:
+        """A request swapped out by :meth:`preempt` between steps and ended before the next step:
+        its GPU -> CPU copies have not run yet.  Drop them, or the next step would copy into CPU
+        blocks that ``free`` hands back (and may hand to another swap-out, the same destination
+        named twice)."""
+        cpu = {b for s in req.seqs if s.seq_id in self.manager.swapped_ids
+               for b in self.manager.swapped_table(s.seq_id).block_ids}
+        self._carry.swap_out[:] = [(g, c) for g, c in self._carry.swap_out if c not in cpu]
+        if req.request_id in self._carry.swapped:
+            self._carry.swapped.remove(req.request_id)
 
     def finish_sample(self, request_id, index: int, reason: str = "stop") -> bool:
         """End sample ``index`` of a running request between steps (the engine found a stop string in
@@ -376,7 +389,8 @@ class Scheduler:
     def check(self) -> None:
         """Verify the pools (:meth:`BlockSpaceManager.check`) and that block holders match queues:
         running requests hold GPU blocks, swapped ones CPU blocks, waiting and finished none; no
-        request has more than ``n`` sequences; a waiting request has nothing computed.
+        request has more than ``n`` sequences; a waiting request has nothing computed; a swap-out
+        left for the next step copies only into CPU blocks a swapped-out sequence holds.
 
         Raises:
             PagedKVError: the first breach, named.
@@ -394,6 +408,11 @@ class Scheduler:
         if gpu != want_gpu or cpu != want_cpu:
             raise PagedKVError(f"block holders do not match the queues: GPU {sorted(gpu)} vs "
                                f"{sorted(want_gpu)}, CPU {sorted(cpu)} vs {sorted(want_cpu)}")
+        held = {b for sid in cpu for b in self.manager.swapped_table(sid).block_ids}
+        stale = sorted({c for _, c in self._carry.swap_out} - held)
+        if stale:
+            raise PagedKVError(f"the next step's swap-out copies into CPU blocks {stale} that no "
+                               "swapped-out sequence holds")
 
     # --- helpers ------------------------------------------------------------------------------
     def _new_seq(self, tokens: list[int], prompt_len: int, index: int) -> Sequence:

@@ -109,6 +109,37 @@ def test_abort_keeps_full_cached_blocks_cached(tiny):
     assert e.output(again).cached_tokens == [16]
 
 
+def test_abort_after_a_swap_preempt_between_steps_drops_its_pending_copies(tiny):
+    """preempt(swap) between steps leaves its GPU -> CPU copies for the next step; an abort before
+    that step frees the CPU blocks, so the copies must go too (the new-user trial: a second swap-out
+    was handed the same CPU blocks and the next step refused the destinations named twice)."""
+    model, tok = tiny
+    e = engine(model, tok, num_cpu_blocks=8)
+    a = e.add_request("To be, or not to be", SamplingParams(max_tokens=10))
+    b = e.add_request("Thou art a villain", SamplingParams(max_tokens=10))
+    for _ in range(3):
+        e.step()
+    e.scheduler.preempt(a, "swap")
+    e.abort_request(a)
+    e.scheduler.check()                       # no copy left into blocks nobody holds
+    e.scheduler.preempt(b, "swap")
+    drain(e)
+    want = solo(model, tok.encode("Thou art a villain"), SamplingParams(max_tokens=10))
+    assert e.output(b).finish_reason == ["length"] and e.output(b).token_ids == want
+    assert e.output(a).finish_reason == ["abort"] and whole(e)
+
+
+def test_check_finds_a_swap_out_into_blocks_nobody_holds(tiny):
+    model, tok = tiny
+    e = engine(model, tok, num_cpu_blocks=8)
+    a = e.add_request("To be, or not to be", SamplingParams(max_tokens=10))
+    e.step()
+    e.scheduler.preempt(a, "swap")
+    e.scheduler._carry.swap_out.append((0, 7))           # a copy no swapped sequence owns
+    with pytest.raises(PagedKVError, match=r"CPU blocks \[7\]"):
+        e.scheduler.check()
+
+
 def test_abort_of_an_unknown_request_names_it(tiny):
     model, tok = tiny
     with pytest.raises(PagedKVError, match="'nobody'"):
