@@ -42,9 +42,10 @@ class SamplingParams:
             bytes of one character); the text is cut before it unless
             ``include_stop_str_in_output``.  A str or a sequence of non-empty strs (vLLM's
             ``stop``); checked by the engine, which has the tokenizer.
-        stop_token_ids: token ids that end a sample when sampled (the token is kept in the
-            output, as vLLM keeps it), checked by the scheduler.
-        include_stop_str_in_output: keep the stop string at the end of the text (default off).
+        stop_token_ids: token ids that end a sample when sampled, checked by the scheduler; the
+            token is kept in ``token_ids`` and its text left out of the text, as in vLLM.
+        include_stop_str_in_output: keep the stop string, or the stop token's text, at the end of
+            the text (default off).
 
     Raises:
         ConfigError: a field outside the range given above (the message names it), sampling
@@ -78,8 +79,12 @@ class SamplingParams:
         fix("max_tokens", count("max_tokens", self.max_tokens, 1))
         fix("frequency_penalty", real("frequency_penalty (OpenAI's range, -2 to 2)", self.frequency_penalty,
                                       -2.0, 2.0))
-        stop = (self.stop,) if isinstance(self.stop, str) else self.stop
-        if stop is None or not hasattr(stop, "__iter__") or not all(isinstance(s, str) and s for s in stop):
+        stop = self.stop
+        if isinstance(stop, str):
+            stop = (stop,)
+        elif stop is not None and hasattr(stop, "__iter__"):
+            stop = tuple(stop)              # once: a generator would be used up by the check
+        if not isinstance(stop, tuple) or not all(isinstance(s, str) and s for s in stop):
             raise ConfigError(f"stop must be a str or a sequence of non-empty strs, got {self.stop!r:.80}")
         fix("stop", tuple(stop))
         if isinstance(self.stop_token_ids, (str, bytes)) or not hasattr(self.stop_token_ids, "__iter__"):

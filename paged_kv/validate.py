@@ -45,7 +45,8 @@ def real(name: str, value, low: float = -math.inf, high: float = math.inf, *, lo
     """``value`` as a finite float in the interval from ``low`` to ``high`` (closed unless ``*_open``).
 
     Raises:
-        ConfigError: a bool, a non-number, NaN, an infinity, or a value outside the interval.
+        ConfigError: a bool, a non-number, NaN, an infinity, a value outside the interval, or an
+            int too large for a float.
     """
     if math.isinf(high):
         where = "a finite number" + ("" if math.isinf(low) else f" {'>' if low_open else '>='} {low:g}")
@@ -54,7 +55,10 @@ def real(name: str, value, low: float = -math.inf, high: float = math.inf, *, lo
         where = f"a finite number in {lo}{low:g}, {high:g}{hi}"
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
         raise ConfigError(f"{name} must be {where}, got {value!r}")
-    v = float(value)
+    try:
+        v = float(value)
+    except OverflowError:                     # an int past float's range (10**400)
+        raise ConfigError(f"{name} must be {where}, got an int of {len(str(abs(value)))} digits") from None
     if not (math.isfinite(v) and (v > low if low_open else v >= low) and (v < high if high_open else v <= high)):
         raise ConfigError(f"{name} must be {where}, got {value!r}")
     return v

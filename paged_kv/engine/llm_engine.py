@@ -202,16 +202,24 @@ class LLMEngine:
     def _check_stop_strings(self, out: SchedulerOutput) -> list[Request]:
         """End every sample of this step whose text now contains a stop string (vLLM checks them
         in its output processor, which has the detokenizer; the scheduler only sees token ids).
-        Returns the requests this ended."""
+        A sample the scheduler ended on a stop token id instead has that token's text left out
+        (unless ``include_stop_str_in_output``) and no stop string checked in it: the token wins,
+        as in vLLM's detokenizer.  Returns the requests this ended."""
         done = []
         for rid in dict.fromkeys(c.request_id for c in out.chunks if c.sample):
             req = self.scheduler.requests[rid]
             p = req.sampling_params
-            if p is None or not p.stop or req.finish_reason is not None:
+            if p is None or req.finish_reason is not None or not (p.stop or p.stop_token_ids):
                 continue
             o = self._output(rid)
             for seq in req.seqs:
-                if seq.index in o.stop_at or seq.finish_reason not in (None, "length"):
+                if seq.index in o.stop_at or seq.index in o.stop_token:
+                    continue
+                if seq.finish_reason == "stop":             # a stop token id, this step
+                    if not p.include_stop_str_in_output:
+                        o.stop_token.add(seq.index)
+                    continue
+                if not p.stop or seq.finish_reason not in (None, "length"):
                     continue
                 text = self.tokenizer.decode(seq.output, final=False)
                 hits = [(text.find(s), s) for s in p.stop if s in text]

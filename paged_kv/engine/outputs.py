@@ -34,6 +34,9 @@ class RequestOutput:
         finish_reason: (property) per sample, ``None`` while it generates, then ``"length"``,
             ``"stop"``, ``"abort"`` or ``"error"`` (vLLM's reasons); ``error``: the error's text.
         stop_at: per sample index, where its text ends (characters) when a stop string ended it.
+        stop_token: sample indices ended by one of ``stop_token_ids`` whose token's text is left
+            out of :attr:`text` (the token stays in ``token_ids``), as vLLM's detokenizer does
+            unless ``include_stop_str_in_output``.
     """
 
     request_id: Hashable
@@ -47,6 +50,7 @@ class RequestOutput:
     last_token: float = math.nan
     max_itl: float = 0.0
     stop_at: dict = field(default_factory=dict)
+    stop_token: set = field(default_factory=set)
 
     @property
     def finish_reason(self) -> list[str | None]:
@@ -76,16 +80,30 @@ class RequestOutput:
         ``decode(ids, final=False)``): with one token per byte, a sample can stop a step in the
         middle of a character ("é" is 2 tokens, an emoji 4), and those bytes are held back instead
         of showing as "\ufffd" that the next step would take back.  So every running snapshot's
-        text is a prefix of the final one.  Once a sample has finished (its :attr:`finish_reason`)
-        it decodes with ``final=True``: an unfinished character at the very end then shows as
-        "\ufffd", since no byte will complete it.  The tokenizer must accept ``final`` (as
-        :class:`~paged_kv.model.ByteTokenizer` does).
+        text is a prefix of the final one.  With stop strings (and without
+        ``include_stop_str_in_output``) a running sample also holds back its last
+        ``max(len(s) for s in stop) - 1`` characters, which may be the start of a stop string that
+        the final text leaves out (vLLM's detokenizer holds back the same).  Once a sample has
+        finished (its :attr:`finish_reason`) it decodes with ``final=True``: an unfinished
+        character at the very end then shows as "\ufffd", since no byte will complete it.  The
+        tokenizer must accept ``final`` (as :class:`~paged_kv.model.ByteTokenizer` does).
         """
         if self.tokenizer is None:
             return None
-        done = [self.finished or r is not None for r in self.finish_reason]
-        texts = [self.tokenizer.decode(t, final=f) for t, f in zip(self.token_ids, done)]
-        return [t[:self.stop_at[i]] if i in self.stop_at else t for i, t in enumerate(texts)]
+        p = self.request.sampling_params
+        hold = 0
+        if p is not None and p.stop and not p.include_stop_str_in_output:
+            hold = max(len(s) for s in p.stop) - 1
+        texts = []
+        for i, (ids, reason) in enumerate(zip(self.token_ids, self.finish_reason)):
+            done = self.finished or reason is not None
+            text = self.tokenizer.decode(ids[:-1] if i in self.stop_token else ids, final=done)
+            if i in self.stop_at:
+                text = text[:self.stop_at[i]]
+            elif not done and hold:
+                text = text[:max(0, len(text) - hold)]
+            texts.append(text)
+        return texts
 
     @property
     def cached_tokens(self) -> list[int]:

@@ -274,3 +274,53 @@ def test_a_failing_copy_ends_the_step_s_requests_and_the_engine_serves_the_next(
     later = e.add_request("Thou", SamplingParams(max_tokens=4))
     drain(e)
     assert e.output(later).token_ids == solo(model, tok.encode("Thou"), SamplingParams(max_tokens=4))
+
+
+# --- stop conditions as vLLM's detokenizer applies them (new-user trial) -------------------------
+
+def _stream(e, rid):
+    seen = []
+    while e.has_unfinished_requests():
+        e.step()
+        seen.append(e.output(rid).text[0])
+    return seen
+
+
+@pytest.mark.parametrize("stop", [[" is "], ["enat"], ["the p", "x"], ["e"]])
+def test_a_running_text_is_a_prefix_of_the_final_text_with_stop_strings(tiny, stop):
+    """The trial's snapshots 'The senate i', 'The senate is' came before the final 'The senate':
+    a running text holds back what could start a stop string."""
+    model, tok = tiny
+    e = engine(model, tok)
+    rid = e.add_request("ROMEO:\n", SamplingParams(max_tokens=40, stop=stop))
+    seen = _stream(e, rid)
+    final = e.output(rid).text[0]
+    assert all(final.startswith(t) for t in seen), (seen, final)
+    assert not any(s in final for s in stop) and e.output(rid).finish_reason == ["stop"]
+
+
+def test_a_stop_tokens_text_is_left_out_unless_included(tiny):
+    model, tok = tiny
+    free = tok.decode(solo(model, tok.encode("ROMEO:\n"), SamplingParams(max_tokens=20))[0])
+    space = tok.encode(" ")[0]
+    cut = free.index(" ")
+    for kw, want in [({}, free[:cut]), ({"include_stop_str_in_output": True}, free[:cut + 1]),
+                     ({"stop": [" "]}, free[:cut])]:
+        e = engine(model, tok)
+        rid = e.add_request("ROMEO:\n", SamplingParams(max_tokens=20, stop_token_ids=[space], **kw))
+        seen = _stream(e, rid)
+        o = e.output(rid)
+        assert o.text == [want] and o.finish_reason == ["stop"], kw
+        assert o.token_ids[0][-1] == space                     # the token itself is kept
+        assert all(want.startswith(t) for t in seen)
+
+
+def test_stop_given_as_a_generator_keeps_every_string():
+    assert SamplingParams(stop=(s for s in ["\n", "ab"])).stop == ("\n", "ab")
+
+
+@pytest.mark.parametrize("kw", [{"temperature": 10 ** 400, "seed": 0}, {"top_p": 10 ** 400},
+                                {"frequency_penalty": -10 ** 400}])
+def test_an_int_past_floats_range_is_a_config_error(kw):
+    with pytest.raises(ConfigError, match=next(iter(kw))):
+        SamplingParams(**kw)
