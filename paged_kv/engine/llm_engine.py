@@ -339,7 +339,13 @@ class LLMEngine:
         Raises:
             PagedKVError: an unknown request id.
         """
-        if request_id not in self._outputs:
+        try:
+            known = request_id in self._outputs
+        except TypeError:
+            raise PagedKVError(f"request ids are hashable, got {request_id!r:.80}") from None
+        if not known and request_id in self.scheduler.requests:     # added to the scheduler directly
+            return self._output(request_id)
+        if not known:
             raise PagedKVError(f"no request {request_id!r} (known: {list(self._outputs)!r:.80})")
         return self._outputs[request_id]
 

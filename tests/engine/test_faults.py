@@ -144,6 +144,16 @@ def test_abort_of_an_unknown_request_names_it(tiny):
     model, tok = tiny
     with pytest.raises(PagedKVError, match="'nobody'"):
         engine(model, tok).abort_request("nobody")
+    with pytest.raises(PagedKVError, match=r"hashable, got \[1\]"):
+        engine(model, tok).abort_request([1])
+
+
+def test_abort_of_a_request_added_to_the_scheduler_directly(tiny):
+    model, tok = tiny
+    e = engine(model, tok)
+    e.scheduler.add("direct", tok.encode("To be"), sampling_params=SamplingParams(max_tokens=5))
+    e.step()
+    assert e.abort_request("direct").finish_reason == ["abort"] and whole(e)
 
 
 # --- stop conditions ----------------------------------------------------------------------------------
