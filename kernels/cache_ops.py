@@ -21,7 +21,7 @@ import torch
 
 from paged_kv.errors import CacheError, TensorError
 
-from .checks import check_tensor, check_tuning, check_writable
+from .checks import check_apart, check_tensor, check_tuning, check_writable
 from .runtime import check_kernel_dtype, require_triton, tl, triton
 from . import timing
 
@@ -57,6 +57,7 @@ def _check_store_args(k, v, k_cache, v_cache, slot_mapping) -> None:
     check_tensor("slot_mapping", slot_mapping, 1, dtype=torch.int64, device=k.device)
     check_writable("k_cache", k_cache)
     check_writable("v_cache", v_cache)
+    check_apart({"k_cache": k_cache, "v_cache": v_cache, "k": k, "v": v})
     T, Hkv, D = k.shape
     NB, BS = k_cache.shape[:2]
     if v.shape != k.shape:
@@ -77,6 +78,11 @@ def _check_store_args(k, v, k_cache, v_cache, slot_mapping) -> None:
         bad = lo if lo < -1 else hi
         raise CacheError(f"slot {bad} is outside the cache's {NB} blocks x {BS} slots "
                          f"(valid: 0..{NB * BS - 1}, or -1 to skip)")
+    real = slot_mapping[slot_mapping >= 0]
+    uniq, seen = torch.unique(real, return_counts=True)
+    if uniq.numel() != real.numel():         # two tokens into one slot: which one lands is undefined
+        raise CacheError(f"slots {uniq[seen > 1].tolist()[:8]} are each named by more than one token "
+                         f"of slot_mapping (only -1, skip, may repeat)")
 
 
 # ---------------------------------------------------------------------------------------------

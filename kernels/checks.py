@@ -1,8 +1,10 @@
 """Input checks shared by the kernels' host wrappers. Each failure names the bad value."""
 
+import math
+
 import torch
 
-from paged_kv.validate import count
+from paged_kv.validate import count, real
 from paged_kv.errors import ConfigError, TensorError
 
 from .runtime import check_kernel_dtype
@@ -18,6 +20,19 @@ def check_tensor(name: str, t, ndim: int, dtype=None, device=None) -> None:
         raise TensorError(f"{name} must be {dtype}, got {t.dtype}")
     if device is not None and t.device != device:
         raise TensorError(f"{name} is on {t.device}, expected {device} (same as q)")
+
+
+def softmax_scale(scale, head_dim: int) -> float:
+    """The attention logits' scale: ``1 / sqrt(head_dim)`` when ``scale`` is None (the paper's
+    ``1/sqrt(d)``), else ``scale`` as a float.
+
+    Raises:
+        ConfigError: ``scale`` is not a finite number > 0 (a NaN would turn every output NaN,
+            ``True`` would run as 1.0, a string fail inside ``float``).
+    """
+    if scale is None:
+        return 1.0 / math.sqrt(head_dim)
+    return real("scale (or None for 1/sqrt(head_dim))", scale, 0.0, low_open=True)
 
 
 def check_tuning(name: str, value, minimum: int = 1, power_of_two: bool = False,
@@ -87,6 +102,15 @@ def check_seq_lens(seq_lens, B: int, max_len: int, device, name: str = "seq_lens
 # layout is checked here and refused, naming the argument and its strides, when the kernel
 # could not write it exactly.
 # ---------------------------------------------------------------------------------------------
+def _strides_overlap(shape, strides) -> bool:
+    reach = 0                                           # furthest offset of the dims seen so far
+    for stride, size in sorted((abs(st), sz) for st, sz in zip(strides, shape) if sz > 1):
+        if stride <= reach:
+            return True
+        reach += stride * (size - 1)
+    return False
+
+
 def may_overlap(t: torch.Tensor) -> bool:
     """True unless the strides prove that no two elements of ``t`` share memory.
 
@@ -95,12 +119,47 @@ def may_overlap(t: torch.Tensor) -> bool:
     an exotic interleaving such as shape ``(3, 2)`` with strides ``(2, 3)`` is disjoint but fails
     it (no tensor built by slicing, transposing or narrowing a fresh one does).
     """
-    reach = 0                                           # furthest offset of the dims seen so far
-    for stride, size in sorted((st, sz) for st, sz in zip(t.stride(), t.shape) if sz > 1):
-        if stride <= reach:
-            return True
-        reach += stride * (size - 1)
-    return False
+    return _strides_overlap(t.shape, t.stride())
+
+
+def may_share(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """True unless ``a`` and ``b`` provably share no element.
+
+    Different storages never share.  Two views of one storage with one shape, strides and dtype
+    (``kv[:, 0]`` and ``kv[:, 1]`` of a ``[NB, 2, BS, Hkv, D]`` cache, FlashInfer's layout) are
+    apart when the pair, taken as one tensor with an extra dim whose stride is the offset between
+    them, has no overlap (:func:`may_overlap`'s test).  Otherwise: apart when their ranges of
+    bytes do not meet.  Sufficient, not necessary, like :func:`may_overlap`.
+    """
+    if not a.numel() or not b.numel() or a.untyped_storage().data_ptr() != b.untyped_storage().data_ptr():
+        return False
+    if a.dtype == b.dtype and a.shape == b.shape and a.stride() == b.stride():
+        gap = abs(b.storage_offset() - a.storage_offset())
+        return _strides_overlap((2, *a.shape), (gap, *a.stride()))
+
+    def extent(t):                                      # [first, last] byte of t in the storage
+        lo = hi = t.storage_offset()
+        for st, sz in zip(t.stride(), t.shape):
+            (lo, hi) = (lo + st * (sz - 1), hi) if st < 0 else (lo, hi + st * (sz - 1))
+        return lo * t.element_size(), (hi + 1) * t.element_size() - 1
+    (a0, a1), (b0, b1) = extent(a), extent(b)
+    return a0 <= b1 and b0 <= a1
+
+
+def check_apart(tensors: dict) -> None:
+    """Raise ``TensorError`` if a tensor written in place may share memory with another argument
+    (``tensors``: name -> tensor, the written ones first): the K cache given as the V cache, or
+    ``k`` a view into ``k_cache``, would make one write overwrite another, or the result depend
+    on the order the kernel's programs run in."""
+    names = list(tensors)
+    for i, x in enumerate(names):
+        for y in names[i + 1:]:
+            if may_share(tensors[x], tensors[y]):
+                a, b = tensors[x], tensors[y]
+                raise TensorError(
+                    f"{x} (shape {tuple(a.shape)}, strides {a.stride()}, offset {a.storage_offset()}) "
+                    f"and {y} (shape {tuple(b.shape)}, strides {b.stride()}, offset {b.storage_offset()}) "
+                    f"share memory, and one of them is written in place: pass separate tensors")
 
 
 def check_writable(name: str, t: torch.Tensor) -> None:

@@ -24,7 +24,7 @@ import torch
 from paged_kv.errors import CacheError, TensorError
 
 from . import timing
-from .checks import check_contiguous, check_tensor, check_writable
+from .checks import check_apart, check_contiguous, check_tensor, check_writable
 from .runtime import check_kernel_dtype, require_triton, tl, triton
 
 
@@ -52,6 +52,7 @@ def _check_copy_args(k_caches, v_caches, block_mapping) -> None:
     check_tensor("v_caches", v_caches, 5, dtype=k_caches.dtype, device=k_caches.device)
     check_writable("k_caches", k_caches)
     check_writable("v_caches", v_caches)
+    check_apart({"k_caches": k_caches, "v_caches": v_caches})
     if v_caches.shape != k_caches.shape:
         raise TensorError(f"k_caches and v_caches must have one shape, got {tuple(k_caches.shape)} "
                           f"and {tuple(v_caches.shape)}")

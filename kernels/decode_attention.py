@@ -16,13 +16,11 @@ layout of :class:`paged_kv.storage.ContiguousKVCache`); ``seq_lens [B]`` int32, 
 valid cached tokens of each sequence (the new token included).  Output ``[B, H, D]``.
 """
 
-import math
-
 import torch
 
 from paged_kv.errors import TensorError
 
-from .checks import check_qkv, check_seq_lens, check_tensor, check_tuning
+from .checks import check_qkv, check_seq_lens, check_tensor, check_tuning, softmax_scale
 from .runtime import head_tile, require_triton, tl, triton
 from . import timing
 
@@ -39,7 +37,7 @@ def decode_attention_reference(q, k_cache, v_cache, seq_lens, scale=None):
         q: ``[B, H, D]`` the new token's queries.
         k_cache, v_cache: ``[B, T_max, Hkv, D]``; rows ``>= seq_lens[b]`` are ignored.
         seq_lens: ``[B]`` int32, ``1 <= seq_lens[b] <= T_max``.
-        scale: default ``1 / sqrt(D)``.
+        scale: default ``1 / sqrt(D)``; else a finite number > 0 (``ConfigError`` otherwise).
 
     Returns:
         ``[B, H, D]``.  Like the kernel, rows past ``seq_lens[b]`` are never read (replaced by 0
@@ -48,7 +46,7 @@ def decode_attention_reference(q, k_cache, v_cache, seq_lens, scale=None):
     B, H, D = q.shape
     Hkv = k_cache.shape[2]
     T_max = int(seq_lens.max()) if B else 0  # rows past the longest sequence are never read
-    scale = 1.0 / math.sqrt(D) if scale is None else scale
+    scale = softmax_scale(scale, D)
     group = H // Hkv
     valid = torch.arange(T_max, device=q.device)[None, :] < seq_lens.to(q.device).long()[:, None]
     keep = valid[:, :, None, None]  # (B, T_max, 1, 1)
@@ -177,7 +175,7 @@ def decode_attention(q, k_cache, v_cache, seq_lens, scale=None, num_splits=None,
         q: ``[B, H, D]``.
         k_cache, v_cache: ``[B, T_max, Hkv, D]``, same dtype/device as ``q``.
         seq_lens: ``[B]`` int32 with ``1 <= seq_lens[b] <= T_max``.
-        scale: default ``1 / sqrt(D)``.
+        scale: default ``1 / sqrt(D)``; else a finite number > 0 (``ConfigError`` otherwise).
         num_splits: chunks per sequence, an int >= 1 (more than the tokens fill are dropped);
             ``None``: the default from :func:`choose_num_splits`.
         block_n: cached tokens per inner step, a power of two >= 16 (``tl.dot`` needs 16).
@@ -215,7 +213,7 @@ def decode_attention(q, k_cache, v_cache, seq_lens, scale=None, num_splits=None,
     if B == 0:
         return torch.empty_like(q)
     require_triton()
-    scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
+    scale = softmax_scale(scale, D)
     group = H // Hkv
     max_len = int(seq_lens.max())
     S = num_splits if num_splits is not None else choose_num_splits(B * Hkv, max_len, block_n, q.device)

@@ -26,14 +26,12 @@ each sequence including the new one.  Output ``[B, H, D]``.
 Legend: B batch, H query heads, Hkv kv heads, D head_dim, NB blocks, BS block size.
 """
 
-import math
-
 import torch
 
 from paged_kv.errors import CacheError, TensorError
 
 from .cache_ops import cache_offset
-from .checks import check_qkv, check_tensor, check_tuning
+from .checks import check_qkv, check_tensor, check_tuning, softmax_scale
 from .decode_attention import choose_num_splits, decode_attention, decode_attention_reference, decode_combine_kernel
 from .runtime import head_tile, require_triton, tl, triton
 from . import timing
@@ -205,7 +203,7 @@ def paged_decode_attention(q, k_cache, v_cache, block_tables, seq_lens, scale=No
         block_tables: ``[B, max_blocks]`` int32; ids may be in any order and may repeat
             (shared blocks); entries past ``ceil(seq_lens[b] / BS)`` are never read.
         seq_lens: ``[B]`` int32, ``1 <= seq_lens[b] <= max_blocks * BS``.
-        scale: default ``1 / sqrt(D)``.
+        scale: default ``1 / sqrt(D)``; else a finite number > 0 (``ConfigError`` otherwise).
         num_splits: chunks per sequence, an int >= 1; ``None``: the default from
             :func:`kernels.decode_attention.choose_num_splits` (1 under the interpreter).
         block_n: token positions per inner step (>= 16, a power of two).
@@ -241,7 +239,7 @@ def paged_decode_attention(q, k_cache, v_cache, block_tables, seq_lens, scale=No
     if B == 0:
         return torch.empty_like(q)
     require_triton()
-    scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
+    scale = softmax_scale(scale, D)
     group = H // Hkv
     S = num_splits if num_splits is not None else choose_num_splits(B * Hkv, max_len, block_n, q.device)
     tokens_per_split = triton.cdiv(triton.cdiv(max_len, S), block_n) * block_n

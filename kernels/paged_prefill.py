@@ -24,15 +24,13 @@ Legend: B batch, T chunk tokens (padded), H query heads, Hkv kv heads, D head_di
 BS block size.
 """
 
-import math
-
 import torch
 
 from paged_kv.errors import TensorError
 
 from . import timing
 from .cache_ops import cache_offset
-from .checks import check_qkv, check_tensor, check_tuning
+from .checks import check_qkv, check_tensor, check_tuning, softmax_scale
 from .paged_attention import check_block_tables, gather_kv, paged_copy
 from .runtime import head_tile, require_triton, tl, triton
 
@@ -50,7 +48,7 @@ def paged_prefill_attention_reference(q, k_cache, v_cache, block_tables, context
     """
     B, T, H, D = q.shape
     seq_lens = _check_prefill_args(q, k_cache, v_cache, block_tables, context_lens, query_lens)
-    scale = 1.0 / math.sqrt(D) if scale is None else scale
+    scale = softmax_scale(scale, D)
     k, v = gather_kv(k_cache, v_cache, block_tables, seq_lens)           # (B, S, Hkv, D)
     S, group = k.shape[1], H // k.shape[2]
     qpos = context_lens.long()[:, None] + torch.arange(T, device=q.device)[None, :]   # (B, T) absolute
@@ -210,7 +208,7 @@ def paged_prefill_attention(q, k_cache, v_cache, block_tables, context_lens, que
     if B == 0:
         return out
     require_triton()
-    scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
+    scale = softmax_scale(scale, D)
     grid = (triton.cdiv(T, block_m), B * H)
     paged_prefill_kernel[grid](
         q, out, k_cache, v_cache, block_tables, context_lens, query_lens,

@@ -18,13 +18,11 @@ Structure follows the Triton tutorial ``06-fused-attention.py`` (which credits F
 this kernel is our own, simpler forward-only version with GQA and padding masks.
 """
 
-import math
-
 import torch
 
 from paged_kv.errors import TensorError
 
-from .checks import check_qkv, check_seq_lens, check_tensor, check_tuning
+from .checks import check_qkv, check_seq_lens, check_tensor, check_tuning, softmax_scale
 from .runtime import head_tile, require_triton, tl, triton
 from . import timing
 
@@ -52,7 +50,7 @@ def prefill_attention_reference(q, k, v, seq_lens=None, scale=None):
     """
     B, T, H, D = q.shape
     Hkv = k.shape[2]
-    scale = 1.0 / math.sqrt(D) if scale is None else scale
+    scale = softmax_scale(scale, D)
     group = H // Hkv
     pos = torch.arange(T, device=q.device)
     allowed = pos[None, :] <= pos[:, None]  # (T, T) causal
@@ -183,7 +181,7 @@ def prefill_attention(q, k, v, seq_lens=None, scale=None, block_m: int = 16, blo
     if B == 0 or T == 0:
         return out
     require_triton()
-    scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
+    scale = softmax_scale(scale, D)
     grid = (triton.cdiv(T, block_m), B * H)
     _prefill_attention_kernel[grid](
         q, k, v, out, seq_lens,

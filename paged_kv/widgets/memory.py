@@ -56,7 +56,7 @@ class MemoryCalculator:
                                         layout=narrow),
             "sliding_window": w.BoundedIntText(0, min=0, max=2**24, description="window (0: none)",
                                                layout=narrow, style={"description_width": "initial"}),
-            "sliding_layers": w.BoundedIntText(0, min=0, max=1000, description="window layers",
+            "sliding_layers": w.BoundedIntText(0, min=0, max=1000, description="window layers (0: none)",
                                                layout=narrow, style={"description_width": "initial"}),
             "kv_lora_rank": w.BoundedIntText(0, min=0, max=65536, description="MLA latent (0: none)",
                                              layout=narrow, style={"description_width": "initial"}),
@@ -139,10 +139,12 @@ class MemoryCalculator:
         base = self._base
         params = (base.num_params if c["params_b"] == round(base.num_params / 1e9, 3)
                   else max(1, round(c["params_b"] * 1e9)))
-        window = c["sliding_window"] or None
+        window, layers = c["sliding_window"], c["sliding_layers"]
+        if not (window and layers):           # either field at 0 means no sliding window (both say so)
+            window, layers = None, 0
         changes = dict(num_layers=c["num_layers"], num_heads=c["num_heads"], num_kv_heads=c["num_kv_heads"],
                        head_dim=c["head_dim"], num_params=params, weights_dtype=c["weights_dtype"],
-                       sliding_window=window, sliding_layers=c["sliding_layers"] if window else 0,
+                       sliding_window=window, sliding_layers=layers,
                        kv_lora_rank=c["kv_lora_rank"], qk_rope_head_dim=c["qk_rope_head_dim"],
                        max_position=c["max_position"], name=CUSTOM, source=f"typed in, from {base.name}",
                        gathered_params=min(base.gathered_params, params - 1))

@@ -134,3 +134,21 @@ def status_html(note: str, texts: str) -> str:
     """A panel's status line: the note in red (if any; plain text, escaped here, since an error's
     message may hold "<") above the requests' texts (HTML, escaped by the caller)."""
     return (f"<span style='color:#c00'>{html.escape(note, quote=False)}</span><br>" if note else "") + texts
+
+
+def outputs_html(outputs, label=None) -> str:
+    """The requests' streamed texts for a status line, one line per sample: the request id (with
+    ``label(output)`` after it, if given), the text so far, and once the sample has ended its
+    finish reason; a request that ended with ``"error"`` shows the error's text in red, since a
+    failed step is otherwise silent in a panel.  Everything is escaped here."""
+    lines = []
+    for o in outputs:
+        head = f"<b>{html.escape(str(o.request_id), quote=False)}</b>"
+        if label is not None:
+            head += f" ({html.escape(label(o), quote=False)})"
+        for t, reason in zip(o.text or [], o.finish_reason):
+            end = "" if reason is None else f" <i>[{html.escape(reason)}]</i>"
+            lines.append(f"{head}: {html.escape(repr(t), quote=False)}{end}")
+        if o.error:
+            lines.append(f"<span style='color:#c00'>{head}: {html.escape(o.error, quote=False)}</span>")
+    return "<br>".join(lines)

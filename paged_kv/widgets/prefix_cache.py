@@ -8,14 +8,13 @@ engine, watch hits light up, cached-free blocks wait and the least recently used
 
 from __future__ import annotations
 
-import html
 
 import ipywidgets as w
 
 from ..engine import EngineConfig, LLMEngine
 from ..model import SamplingParams, load_tiny_model
 from ..viz.prefix_cache import prefix_pool_figure, refresh_prefix_pool_figure
-from .panel import button_action, figure_widget_or_output, run_until_idle, status_html, update_figure
+from .panel import button_action, figure_widget_or_output, outputs_html, run_until_idle, status_html, update_figure
 
 __all__ = ["SYSTEM_PROMPTS", "prefix_cache_panel"]
 
@@ -60,9 +59,7 @@ def prefix_cache_panel(model=None, tokenizer=None, config: EngineConfig | None =
         st = engine.stats
         rate = "" if not st.prefix_queries else (f"hit rate {st.prefix_hits}/{st.prefix_queries} prompt tokens "
                                                  f"= {st.prefix_hit_rate:.0%}<br>")
-        texts = "<br>".join(f"<b>{html.escape(str(o.request_id), quote=False)}</b> ({_hits(o.cached_tokens)}): "
-                            f"{html.escape(repr(t), quote=False)}" for o in engine.outputs() for t in (o.text or []))
-        status.value = status_html(note, rate + texts)
+        status.value = status_html(note, rate + outputs_html(engine.outputs(), lambda o: _hits(o.cached_tokens)))
 
     def submit():
         rid = engine.add_request(prefix.value + own.value, SamplingParams(max_tokens=int(max_tokens.value)),

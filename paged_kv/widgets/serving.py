@@ -14,7 +14,6 @@ until its last byte comes, not shown as "\ufffd"), escaped, since a model may sa
 
 from __future__ import annotations
 
-import html
 
 import ipywidgets as w
 
@@ -22,7 +21,7 @@ from ..engine import EngineConfig, LLMEngine
 from ..errors import PagedKVError
 from ..model import SamplingParams, load_tiny_model
 from ..viz.serving import refresh_serving_figure, serving_figure
-from .panel import button_action, figure_widget_or_output, run_until_idle, status_html, update_figure
+from .panel import button_action, figure_widget_or_output, outputs_html, run_until_idle, status_html, update_figure
 
 __all__ = ["serving_panel"]
 
@@ -65,10 +64,7 @@ def serving_panel(model=None, tokenizer=None, config: EngineConfig | None = None
         which.options = [str(r.request_id) for r in live]
         if which.options:                        # keep the selection, or pick the first unfinished request
             which.value = keep if keep in which.options else which.options[0]
-        texts = "<br>".join(f"<b>{html.escape(str(o.request_id), quote=False)}</b>: "      # streamed, see
-                            f"{html.escape(repr(t), quote=False)}"                     # RequestOutput.text
-                            for o in engine.outputs() for t in (o.text or []))
-        status.value = status_html(note, texts)
+        status.value = status_html(note, outputs_html(engine.outputs()))    # streamed: RequestOutput.text
 
     def act(fn):                                 # never raises: errors go to the status line
         return button_action(fn, redraw, status)

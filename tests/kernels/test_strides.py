@@ -421,3 +421,84 @@ def test_may_overlap():
     for view in (x[:1].expand(3, 4, 5), x[..., :1].expand(3, 4, 5), x.as_strided((4, 3), (1, 2)),
                  x.view(-1).as_strided((2, 3), (2, 1))):
         assert may_overlap(view), view.stride()
+
+
+def test_may_share_against_a_brute_force():
+    """Every pair of views of one small storage: ``may_share`` says False only when the views'
+    element offsets are really disjoint (brute force over the offsets)."""
+    from kernels.checks import may_share
+
+    base = torch.zeros(2 * 3 * 2 * 4)
+    views = {"kv[0]": base.view(2, 3, 2, 4)[0], "kv[1]": base.view(2, 3, 2, 4)[1],
+             "nhd[:,0]": base.view(3, 2, 2, 4)[:, 0], "nhd[:,1]": base.view(3, 2, 2, 4)[:, 1],
+             "head0": base.view(6, 2, 4)[:, 0], "odd": base[1::2], "even": base[::2],
+             "front": base[:20], "back": base[20:], "mid": base[10:30], "all": base,
+             "other": torch.zeros(24)}
+
+    def offsets(t):
+        if t.untyped_storage().data_ptr() != base.untyped_storage().data_ptr():
+            return {("other", i) for i in range(t.numel())}
+        idx = torch.arange(base.numel(), dtype=torch.float64)
+        return set(torch.as_strided(idx, t.shape, t.stride(), t.storage_offset()).flatten().tolist())
+    for a, x in views.items():
+        for b, y in views.items():
+            if a == b:
+                continue
+            really = bool(offsets(x) & offsets(y))
+            assert may_share(x, y) or not really, (a, b)           # never a miss
+            if {a, b} in ({"kv[0]", "kv[1]"}, {"nhd[:,0]", "nhd[:,1]"}, {"front", "back"}, {"all", "other"}):
+                assert not may_share(x, y), (a, b)                 # the layouts engines use pass
+
+
+@pytest.mark.parametrize("case", ["k_cache is v_cache", "overlapping views", "k inside k_cache"])
+def test_store_kv_refuses_arguments_that_share_memory(case):
+    args = _store_args()
+    base = torch.full((5, 4, 2, 24), NAN)
+    if case == "k_cache is v_cache":
+        args["v_cache"] = args["k_cache"]
+    elif case == "overlapping views":
+        args["k_cache"], args["v_cache"] = base[:4], base[1:]
+    else:
+        args["k"] = args["k_cache"].view(-1, 2, 24)[:5]
+    for fn in (store_kv, store_kv_reference):
+        with pytest.raises(TensorError, match="share memory"):
+            fn(**args)
+
+
+def test_store_kv_takes_k_and_v_caches_interleaved_in_one_tensor():
+    """FlashInfer's layout, ``[NB, 2, BS, Hkv, D]``: K and V of a block side by side."""
+    args = _store_args()
+    kv = torch.full((4, 2, 4, 2, 24), NAN)
+    want_k, want_v = args["k_cache"].clone(), args["v_cache"].clone()
+    store_kv_reference(args["k"], args["v"], want_k, want_v, args["slot_mapping"])
+    store_kv(args["k"], args["v"], kv[:, 0], kv[:, 1], args["slot_mapping"])
+    torch.testing.assert_close(kv[:, 0], want_k, equal_nan=True)
+    torch.testing.assert_close(kv[:, 1], want_v, equal_nan=True)
+
+
+def test_store_kv_refuses_a_slot_named_twice():
+    from paged_kv.errors import CacheError
+    args = _store_args()
+    args["slot_mapping"] = torch.tensor([3, 0, -1, 3, -1])
+    for fn in (store_kv, store_kv_reference):
+        with pytest.raises(CacheError, match=r"slots \[3\]"):
+            fn(**args)
+
+
+def test_copy_blocks_refuses_k_and_v_caches_that_share_memory():
+    k = torch.zeros(2, 4, 4, 2, 8)
+    with pytest.raises(TensorError, match="share memory"):
+        copy_blocks(k, k, torch.tensor([[0, 1]]))
+
+
+@pytest.mark.parametrize("scale", ["x", float("nan"), float("inf"), True, 0.0, -1.0])
+def test_attention_wrappers_refuse_a_bad_scale_by_name(scale):
+    from paged_kv.errors import ConfigError
+    pre, dec = _prefill_args(), _decode_args()
+    pd, _ = _paged_decode_args()
+    calls = [(prefill_attention, pre), (prefill_attention_reference, pre), (decode_attention, dec),
+             (decode_attention_reference, dec), (paged_decode_attention, pd),
+             (paged_decode_attention_reference, pd)]
+    for fn, args in calls:
+        with pytest.raises(ConfigError, match="scale"):
+            fn(**args, scale=scale)

@@ -171,3 +171,24 @@ def test_the_issues_prompt_with_a_lone_surrogate_is_refused_by_name(small_model)
     _button(panel, "submit").click()
     assert "character 6 is U+D83D" in _status(panel) and "internal error" not in _status(panel)
     assert panel.engine.outputs() == []
+
+
+@pytest.mark.parametrize("make", ["serving", "prefix"])
+def test_a_request_that_ends_with_an_error_shows_it_and_its_reason(monkeypatch, small_model, make):
+    """The trial: after a step whose sampler raised for request A, the engine had A's 'error' and
+    its text, while the serving panel's status line showed only "A: ''"."""
+    from paged_kv.engine import runner as runner_mod
+    build = serving_panel if make == "serving" else prefix_cache_panel
+    panel = build(small_model, ByteTokenizer(), use_figure_widget=False)
+
+    def exploding(self, logits, c):
+        raise RuntimeError("sampler exploded")
+    _button(panel, "submit").click()
+    with monkeypatch.context() as m:
+        m.setattr(runner_mod.ModelRunner, "_sample", exploding)
+        _button(panel, "run until idle").click()
+    status = _status(panel)
+    assert "RuntimeError: sampler exploded" in status and "[error]" in status
+    _button(panel, "submit").click()
+    _button(panel, "run until idle").click()
+    assert "[length]" in _status(panel)

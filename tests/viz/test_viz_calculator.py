@@ -241,6 +241,10 @@ def test_live_calculator_custom_starts_from_the_whole_preset(preset):
         calc.custom["sliding_window"].value = 0     # 32,768 tokens = 2,048 blocks of 16 per layer
         window_blocks = memory.window_max_blocks(4096, BLOCK_SIZE)  # not 4,096 / 16 = 256
         assert calc.plan.kv_bytes_per_sequence * window_blocks == 2048 * before.kv_bytes_per_sequence
+        no_window = calc.plan.kv_bytes_per_sequence
+        calc.custom["sliding_window"].value = 4096  # and clearing the layers instead does the same
+        calc.custom["sliding_layers"].value = 0
+        assert calc.error == "" and calc.plan.kv_bytes_per_sequence == no_window
 
 
 def test_live_calculator_hides_the_figure_when_impossible():
