@@ -827,6 +827,25 @@ def test_the_fcfs_step_check_fires():
         check_fcfs_step(before, out, d.sch)
 
 
+def test_the_lpm_step_check_fires():
+    """With ``policy="lpm"`` the step must admit the head of the longest-prefix-match ranking: a later
+    arrival that hits the cache (r2) before an earlier one that does not (r1)."""
+    d = Driver(SchedulerConfig(num_gpu_blocks=32, block_size=2, max_num_seqs=1, watermark=0.0,
+                               enable_prefix_caching=True, policy="lpm"))
+    d.add([1, 2, 3, 4, 5], 1, 1)
+    d.drain()
+    d.add([7, 8, 9], 1, 1), d.add([1, 2, 3, 4, 6], 1, 1)
+    before = Before([], [], ["r1", "r2"], True, lpm_ranking(d.sch, d.expect))
+    assert before.ranked == ["r2", "r1"]
+    out = d.sch.schedule()
+    check_fcfs_step(before, out, d.sch)
+    assert out.admitted == ["r2"]
+    with pytest.raises(AssertionError, match="not the head of its longest-prefix-match order"):
+        check_fcfs_step(replace(before, ranked=["r1", "r2"]), out, d.sch)
+    with pytest.raises(AssertionError, match="not a permutation of waiting"):
+        check_fcfs_step(replace(before, ranked=["r2"]), out, d.sch)
+
+
 def test_the_progress_checks_fire(monkeypatch):
     with pytest.raises(AssertionError, match="6 progress: requests are unfinished"):
         check_progress(Before([], [], ["r0"], True), SchedulerOutput())
