@@ -416,10 +416,13 @@ class Scheduler:
         """With ``policy="lpm"``, the waiting requests in the order admission will walk them this step
         (their hits looked up in the cache as the last step left it); ``None``: arrival order, because
         the policy is FCFS, or nothing is cached without prefix caching (every hit is 0, so LPM's
-        order is FCFS's), or nobody can start this step anyway (``max_num_seqs`` sequences run)."""
+        order is FCFS's), or nobody can start this step anyway: ``max_num_seqs`` sequences run, or
+        no block is free above the watermark (every admission takes at least one, for the token
+        after its hit, and this step's running requests only take more)."""
         c = self.config
         if c.policy == "fcfs" or not c.enable_prefix_caching or not self.waiting or \
-                sum(r.n for r in self.running) >= c.max_num_seqs:
+                sum(r.n for r in self.running) >= c.max_num_seqs or \
+                self.manager.num_free_blocks - 1 < c.watermark_blocks:
             return None
         hits = {r.request_id: len(self._cache_hit(r)) * c.block_size for r in self.waiting}
         return admission_order(self.waiting, c.policy, lambda r: hits[r.request_id], _arrival)
