@@ -42,6 +42,7 @@ class EngineConfig:
     backend: str = "torch"
     enable_prefix_caching: bool = False
     prefix_caching_hash_algo: object = "sha256"
+    policy: str = "fcfs"
 
     def __post_init__(self) -> None:
         if (self.num_gpu_blocks is None) == (self.gpu_memory_bytes is None):
@@ -75,4 +76,4 @@ class EngineConfig:
             enable_chunked_prefill=self.enable_chunked_prefill, watermark=self.watermark,
             preemption_mode=self.preemption_mode, max_model_len=self.max_model_len,
             reservation=self.reservation, enable_prefix_caching=self.enable_prefix_caching,
-            prefix_caching_hash_algo=self.prefix_caching_hash_algo)
+            prefix_caching_hash_algo=self.prefix_caching_hash_algo, policy=self.policy)

@@ -171,6 +171,10 @@ class LLMEngine:
         if not self.scheduler.has_unfinished:
             return []
         out = self.scheduler.schedule()                         # 1. schedule: the step as data
+        for rid in out.admitted:                                # its queue time ends at its first admission
+            o = self._output(rid)
+            if math.isnan(o.first_scheduled):
+                o.first_scheduled = self.clock
         try:
             result = self.runner.execute(out)                   # 2-4. swaps and copies, forward, sample
         except Exception as e:   # outside any one request's part (a swap, a copy): all the step touched

@@ -25,6 +25,8 @@ class RequestOutput:
         arrival, first_token, finish: clock times (s) it arrived, produced its first token, finished
             (``nan`` until then; stamped by :meth:`LLMEngine.step`, so a step driven by hand through
             the scheduler and the runner leaves them ``nan``).
+        first_scheduled: clock time (s) it was first admitted, when its first step began (vLLM's
+            ``scheduled_ts``; ``nan`` until then); :attr:`queue_time` is the wait before it.
         preemptions: times it was preempted.
         last_token: clock time (s) of its latest token; max_itl: the longest wait between two of
             its consecutive tokens (s; inter-token latency, ITL, as vLLM's metrics call it), where a
@@ -46,6 +48,7 @@ class RequestOutput:
     arrival: float = 0.0
     first_token: float = math.nan
     finish: float = math.nan
+    first_scheduled: float = math.nan
     preemptions: int = 0
     last_token: float = math.nan
     max_itl: float = 0.0
@@ -110,6 +113,13 @@ class RequestOutput:
         """Per admission of the request (the first, then after each recompute preemption), the
         prompt tokens its prefix-cache hit saved (empty with caching off)."""
         return list(self.request.cache_hits)
+
+    @property
+    def queue_time(self) -> float:
+        """Time waiting before its first admission (s): first admission minus arrival (vLLM's
+        ``vllm:request_queue_time_seconds``).  A wait after a preemption is not counted here (it
+        shows in :attr:`ttft` or :attr:`max_itl`)."""
+        return self.first_scheduled - self.arrival
 
     @property
     def ttft(self) -> float:

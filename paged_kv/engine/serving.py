@@ -91,6 +91,8 @@ class ServeResult:
         first_token_s, finish_s: ``[N]`` float64, clock times (s) of each request's first token and
             of its last.
         stats: the engine's :class:`EngineStats` (steps, preemptions, swapped blocks, KV usage).
+        first_scheduled_s: ``[N]`` float64, clock times (s) of each request's first admission
+            (``None`` where not measured: :func:`serve_static`).
     """
 
     trace: Trace
@@ -98,11 +100,22 @@ class ServeResult:
     first_token_s: np.ndarray
     finish_s: np.ndarray
     stats: EngineStats
+    first_scheduled_s: np.ndarray | None = None
 
     @property
     def ttft_s(self) -> np.ndarray:
         """``[N]`` time to first token (s)."""
         return self.first_token_s - self.trace.arrival_s
+
+    @property
+    def queue_s(self) -> np.ndarray:
+        """``[N]`` time each request waited before its first admission (s; vLLM's queue time).
+
+        Raises:
+            ConfigError: the run did not record admissions (:func:`serve_static`)."""
+        if self.first_scheduled_s is None:
+            raise ConfigError("this result has no admission times (serve_static does not record them)")
+        return self.first_scheduled_s - self.trace.arrival_s
 
     @property
     def latency_s(self) -> np.ndarray:
@@ -184,7 +197,8 @@ def serve_trace(trace: Trace, config: EngineConfig, iteration_time, n: int = 1,
         bar.close()
     first = np.array([engine.output(i).first_token for i in range(len(trace))])
     finish = np.array([engine.output(i).finish for i in range(len(trace))])
-    return ServeResult(trace, n, first, finish, engine.stats)
+    scheduled = np.array([engine.output(i).first_scheduled for i in range(len(trace))])
+    return ServeResult(trace, n, first, finish, engine.stats, scheduled)
 
 
 def rate_sweep(setup: ServingSetup, rates, configs: dict[str, EngineConfig], n: int = 1,

@@ -11,6 +11,7 @@ from typing import Callable
 from ..defaults import BLOCK_SIZE, MAX_NUM_BATCHED_TOKENS, MAX_NUM_SEQS, WATERMARK
 from ..errors import ConfigError
 from ..validate import count, real
+from .rules import POLICIES
 
 __all__ = ["PREEMPTION_MODES", "RESERVATIONS", "SchedulerConfig"]
 
@@ -44,6 +45,12 @@ class SchedulerConfig:
             default here, on by default in vLLM v1): full blocks are found again by their prefix.
         prefix_caching_hash_algo: the block hash, ``"sha256"`` (vLLM's name for the option) or a
             function ``(parent, token_ids, extra_key) -> hashable`` (tests inject collisions).
+        policy: the order admission walks the waiting queue in (vLLM's ``policy``, its
+            ``--scheduling-policy``): ``"fcfs"`` (the default, arrival order) or ``"lpm"`` (longest
+            prefix match first, SGLang's ``--schedule-policy lpm``;
+            :func:`~paged_kv.scheduling.rules.admission_order` says how, and what it risks).  With
+            prefix caching off every request finds 0 tokens cached, so ``"lpm"`` is FCFS (as SGLang
+            falls back to FCFS without its radix cache).
 
     Raises:
         ConfigError: a bad value (the message names it), or knobs that cannot go together: swap
@@ -63,6 +70,7 @@ class SchedulerConfig:
     reservation: str = "none"
     enable_prefix_caching: bool = False
     prefix_caching_hash_algo: str | Callable = "sha256"
+    policy: str = "fcfs"
 
     def __post_init__(self) -> None:
         fix = lambda name, value: object.__setattr__(self, name, value)  # frozen dataclass
@@ -84,6 +92,8 @@ class SchedulerConfig:
             raise ConfigError(f"reservation must be one of {RESERVATIONS}, got {self.reservation!r}")
         if self.reservation == "max" and self.max_model_len is None:
             raise ConfigError("reservation='max' reserves max_model_len tokens: set max_model_len")
+        if self.policy not in POLICIES:
+            raise ConfigError(f"policy must be one of {POLICIES}, got {self.policy!r}")
         if not isinstance(self.enable_prefix_caching, bool):
             raise ConfigError(f"enable_prefix_caching must be True or False, got {self.enable_prefix_caching!r}")
         if self.enable_prefix_caching and (self.preemption_mode == "swap" or self.reservation != "none"):

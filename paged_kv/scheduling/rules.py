@@ -20,6 +20,11 @@ They follow vLLM's scheduler as the paper describes it (Kwon et al., SOSP 2023, 
   prompt tokens admitted in one step; the first admission of a step is always allowed, so a prompt
   longer than the cap still runs.
 
+* **Or longest prefix match** (``policy="lpm"``, SGLang's cache-aware ``--schedule-policy lpm``):
+  admission walks the waiting requests by the prompt tokens each already finds in the prefix cache,
+  most first, ties by arrival (:func:`admission_order`), still with head-of-line blocking in that
+  order.  The queue itself stays in arrival order; only the walk changes.
+
 Whether the *memory* fits is not a rule of the scheduler: the memory policy or block manager
 answers that ("can I?"), after :func:`may_admit` says yes.
 """
@@ -31,7 +36,9 @@ from typing import Callable, Hashable, Sequence, TypeVar
 
 from ..errors import ConfigError
 
-__all__ = ["may_admit", "preemption_victim", "requeue_preempted"]
+__all__ = ["POLICIES", "admission_order", "may_admit", "preemption_victim", "requeue_preempted"]
+
+POLICIES = ("fcfs", "lpm")
 
 R = TypeVar("R", bound=Hashable)
 
@@ -95,3 +102,45 @@ def may_admit(preempted_this_step: bool, num_running: int, max_num_seqs: int,
     if max_prefill_tokens is None or admitted_this_step == 0:
         return True
     return prefill_tokens_this_step + prompt_tokens <= max_prefill_tokens
+
+
+def admission_order(waiting: Sequence[R], policy: str, cached_tokens: Callable[[R], int] | None = None,
+                    arrival: Callable[[R], object] | None = None) -> list[R]:
+    """The order in which admission considers the waiting requests (it stops at the first that must
+    wait: head-of-line blocking in this order).
+
+    Args:
+        waiting: the waiting requests, in arrival order (as the scheduler keeps them).
+        policy: ``"fcfs"``: arrival order, ``waiting`` as it is (vLLM's default ``policy``, paper
+            §4.5).  ``"lpm"``: longest prefix match first, SGLang's cache-aware policy
+            (``python/sglang/srt/managers/schedule_policy.py``, ``CacheAwarePolicy.LPM``): by
+            ``cached_tokens(r)``, the tokens ``r`` would find in the prefix cache now, most first;
+            ties by ``arrival`` (``None``: the requests are arrival numbers), so with nothing cached
+            the order is FCFS's.
+        cached_tokens: tokens of each request found in the prefix cache (needed for ``"lpm"``).
+
+    Returns a new list, a permutation of ``waiting``.
+
+    Starvation: ``"lpm"`` has no aging (neither has SGLang's; its issue #31954 measured cache-miss
+    requests waiting 20-60 s in production).  A request is passed over by every admissible waiting
+    request with a longer hit, *including those that arrived after it*; so while such requests keep
+    arriving faster than the engine admits them, its wait has no bound.  It is considered again at
+    every step, and is admitted once no waiting request with a longer hit is ahead of it; on a
+    finite trace every request is admitted.  ``"fcfs"`` never lets a later arrival pass.
+
+    What SGLang adds and this does not: requests whose hit is short but who share a prefix with
+    another waiting request are put last (so one computes the prefix and the others hit it), and
+    with more than 128 waiting requests it sorts nothing and falls back to FCFS, to bound the cost
+    of the lookups.
+
+    Raises:
+        ConfigError: an unknown policy, or ``"lpm"`` without ``cached_tokens``.
+    """
+    if policy == "fcfs":
+        return list(waiting)
+    if policy != "lpm":
+        raise ConfigError(f"policy must be one of {POLICIES}, got {policy!r}")
+    if cached_tokens is None:
+        raise ConfigError("policy 'lpm' orders by cached prompt tokens: pass cached_tokens")
+    key = (lambda r: r) if arrival is None else arrival
+    return sorted(waiting, key=lambda r: (-cached_tokens(r), key(r)))

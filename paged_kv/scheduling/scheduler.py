@@ -12,7 +12,10 @@ order, and fills one step's **token budget** (``max_num_batched_tokens``):
 2. **swapped** requests, oldest first, if nothing was preempted in this step and the pool can take
    their blocks back above the watermark;
 3. **waiting** requests, oldest first, while :meth:`Scheduler.admission` says now.  While anyone is
-   swapped out nobody new starts (§4.5, as vLLM v0).
+   swapped out nobody new starts (§4.5, as vLLM v0).  With ``policy="lpm"`` (SGLang's longest
+   prefix match) they are walked by the prompt tokens each finds in the prefix cache, most first
+   (:func:`~paged_kv.scheduling.rules.admission_order`), ranked at the start of the step, before
+   this step's blocks are taken, as SGLang ranks its queue before it builds the prefill batch.
 
 It returns the step as data (:class:`~paged_kv.scheduling.output.SchedulerOutput`); the engine runs
 it and reports the sampled tokens back with :meth:`Scheduler.update`.  With prefix caching
@@ -34,13 +37,14 @@ from .config import PREEMPTION_MODES, SchedulerConfig
 from .output import Chunk, SchedulerOutput
 from .preemption import recompute, swap_out
 from .request import FINISHED, RUNNING, SWAPPED, WAITING, Request, Sequence
-from .rules import preemption_victim, requeue_preempted
+from .rules import admission_order, preemption_victim, requeue_preempted
 
 __all__ = ["Scheduler"]
 
 
 class Scheduler:
-    """FCFS continuous batching with chunked prefill and preemption over one block pool.
+    """Continuous batching with chunked prefill and preemption over one block pool; FCFS, or longest
+    prefix match first for the waiting queue (``config.policy``).
 
     Args:
         config: the :class:`~paged_kv.scheduling.config.SchedulerConfig`.
@@ -146,6 +150,7 @@ class Scheduler:
         self._step += 1
         out, self._carry = self._carry, SchedulerOutput()
         out.step = self._step
+        ranked = self._ranked_waiting()
         budget = self.config.max_num_batched_tokens
         queue = sorted(self.running, key=_arrival)
         kept: list[Request] = []
@@ -185,12 +190,11 @@ class Scheduler:
             plan = req.plan(budget, self.config.enable_chunked_prefill)
             if plan and self._blocks_for(plan) <= self.manager.num_free_blocks:
                 budget -= self._commit(req, plan, out)
-        while self.waiting:
-            req = self.waiting[0]
+        for req in list(self.waiting) if ranked is None else ranked:
             verdict = self.admission(req, preempted, budget)
             if verdict.verdict is not Verdict.NOW:
                 break
-            self.waiting.popleft()
+            self.waiting.remove(req)
             self._admit(req, verdict.hit, out)
             self.running.append(req)
             out.admitted.append(req.request_id)
@@ -426,6 +430,21 @@ class Scheduler:
         self.manager.fork(leader.seq_id, child.seq_id)
         if child not in req.seqs:
             req.seqs.append(child)
+
+    def _ranked_waiting(self) -> list[Request] | None:
+        """With ``policy="lpm"``, the waiting requests in the order admission will walk them this step
+        (their hits looked up in the cache as the last step left it); ``None``: arrival order, because
+        the policy is FCFS, or nothing is cached without prefix caching (every hit is 0, so LPM's
+        order is FCFS's), or nobody can start this step anyway: ``max_num_seqs`` sequences run, or
+        no block is free above the watermark (every admission takes at least one, for the token
+        after its hit, and this step's running requests only take more)."""
+        c = self.config
+        if c.policy == "fcfs" or not c.enable_prefix_caching or not self.waiting or \
+                sum(r.n for r in self.running) >= c.max_num_seqs or \
+                self.manager.num_free_blocks - 1 < c.watermark_blocks:
+            return None
+        hits = {r.request_id: len(self._cache_hit(r)) * c.block_size for r in self.waiting}
+        return admission_order(self.waiting, c.policy, lambda r: hits[r.request_id], _arrival)
 
     def _cache_hit(self, req: Request) -> list[int]:
         """The blocks the leader's prefill target hits in the prefix cache now."""

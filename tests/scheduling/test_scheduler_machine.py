@@ -5,7 +5,8 @@ Random requests arrive (prompts sharing prefixes, ``n`` 1-3, ``max_tokens`` 1-8,
 never), steps run (``schedule()`` then ``update()``), and running requests are preempted between
 steps, under a configuration drawn per run (block size, a small pool, small and large token
 budgets, chunked prefill on and off, watermarks, recompute and swap with a CPU pool that is
-sometimes too small, prefix caching, a small ``max_num_seqs``).  A :class:`Driver` keeps what the
+sometimes too small, prefix caching, a small ``max_num_seqs``, the FCFS or the longest-prefix-match
+policy).  A :class:`Driver` keeps what the
 scheduler should hold (each sample's tokens) and, as :mod:`tests.blocks.test_manager` does, a dict
 that stands for the KV cache: every step is "run" from its :class:`~paged_kv.scheduling.SchedulerOutput`
 alone (swaps, copies, then each chunk reads its context and writes its tokens), so a step that is not
@@ -107,12 +108,37 @@ def kv_keys(tokens: list[int], extra_key) -> list[int]:
 
 @dataclass
 class Before:
-    """The queues as a step found them."""
+    """The queues as a step found them; ``ranked``: with ``policy="lpm"``, the waiting requests in the
+    order admission must walk them (:func:`lpm_ranking`), ``None``: arrival order (FCFS)."""
 
     running: list
     swapped: list
     waiting: list
     unfinished: bool
+    ranked: list | None = None
+
+
+def lpm_ranking(sch: Scheduler, expect: dict) -> list:
+    """The longest-prefix-match order of the waiting queue as the step finds it, by selection: take
+    the request whose tokens to prefill (the prompt for ``n > 1``, everything it holds for one
+    sample) find the most tokens in the prefix cache, the earliest arrival among equals; repeat.
+    The hits come from the manager's lookup (tested on its own elsewhere); the order is not the
+    scheduler's code."""
+    bs, m = sch.config.block_size, sch.manager
+    left = []
+    for r in sch.waiting:
+        e = expect[r.request_id]
+        tokens = e.prompt if e.n > 1 else e.tokens(0)
+        left.append((len(m.cache_hit(tokens, e.extra_key)) * bs, r.order, r.request_id))
+    ranked = []
+    while left:
+        best = left[0]
+        for cand in left[1:]:
+            if cand[0] > best[0] or (cand[0] == best[0] and cand[1] < best[1]):
+                best = cand
+        left.remove(best)
+        ranked.append(best[2])
+    return ranked
 
 
 # --- the checks ---------------------------------------------------------------------------------
@@ -222,9 +248,11 @@ def check_queue_order(sch: Scheduler) -> None:
 def check_fcfs_step(before: Before, out: SchedulerOutput, sch: Scheduler) -> None:
     """5b. One step served the queues in the documented order: running requests first (oldest first),
     then swapped ones (oldest first, a prefix of the swapped queue), then waiting ones (the head first,
-    head-of-line blocking); nobody admitted in a step that preempted, nobody from ``waiting`` while
-    anyone stays swapped out, no admission from ``waiting`` of a request that arrived after one still
-    waiting, and every admission from ``waiting`` runs a chunk."""
+    head-of-line blocking; with ``policy="lpm"`` the head of ``before.ranked``, longest prefix match
+    first); nobody admitted in a step that preempted, nobody from ``waiting`` while anyone stays
+    swapped out, no admission from ``waiting`` of a request that arrived after one still waiting
+    (FCFS) or that ranks after one still waiting (LPM), and every admission from ``waiting`` runs a
+    chunk."""
     order = {rid: r.order for rid, r in sch.requests.items()}
     was_running, was_swapped, was_waiting = set(before.running), set(before.swapped), list(before.waiting)
     if len(set(out.admitted)) != len(out.admitted) or not set(out.admitted) <= was_swapped | set(was_waiting):
@@ -239,10 +267,14 @@ def check_fcfs_step(before: Before, out: SchedulerOutput, sch: Scheduler) -> Non
     if from_waiting and sch.swapped:
         fail("5 FCFS", f"admitted {from_waiting} from waiting while {[r.request_id for r in sch.swapped]} "
                        f"are swapped out")
-    if from_waiting != was_waiting[:len(from_waiting)]:
-        fail("5 FCFS", f"admitted {from_waiting} from waiting {was_waiting}: not its head (head-of-line blocking)")
+    walk = was_waiting if before.ranked is None else before.ranked
+    if sorted(walk) != sorted(was_waiting):
+        fail("5 FCFS", f"the ranking {walk} is not a permutation of waiting {was_waiting}")
+    if from_waiting != walk[:len(from_waiting)]:
+        what = "its head" if before.ranked is None else "the head of its longest-prefix-match order"
+        fail("5 FCFS", f"admitted {from_waiting} from waiting {walk}: not {what} (head-of-line blocking)")
     still = [rid for rid in was_waiting if rid not in set(from_waiting)]
-    late = [(a, w) for a in from_waiting for w in still if order[a] > order[w]]
+    late = [(a, w) for a in from_waiting for w in still if order[a] > order[w]] if before.ranked is None else []
     if late:
         fail("5 FCFS", f"admitted {late[0][0]!r} (order {order[late[0][0]]}) while {late[0][1]!r} "
                        f"(order {order[late[0][1]]}), which arrived earlier, still waits")
@@ -400,7 +432,8 @@ class Driver:
     def step(self) -> SchedulerOutput:
         sch = self.sch
         before = Before([r.request_id for r in sch.running], [r.request_id for r in sch.swapped],
-                        [r.request_id for r in sch.waiting], sch.has_unfinished)
+                        [r.request_id for r in sch.waiting], sch.has_unfinished,
+                        lpm_ranking(sch, self.expect) if self.cfg.policy == "lpm" else None)
         try:
             out = sch.schedule()
         except PagedKVError as e:
@@ -409,6 +442,9 @@ class Driver:
         check_token_budget(out, sch)
         check_fcfs_step(before, out, sch)
         check_chunks(out, sch, self.expect, self.finished_last)
+        admitted = [rid for rid in out.admitted if rid in set(before.waiting)]
+        if admitted != before.waiting[:len(admitted)]:
+            self.seen["lpm admitted a later arrival first"] += 1
         self.seen.update(what for what in ("preempted", "swapped", "swap_in", "copies", "cache_hits")
                          if getattr(out, what))
         if out.preempted and set(out.recomputed) & set(out.preempted) and self.cfg.preemption_mode == "swap":
@@ -534,7 +570,8 @@ def configs(draw):
         watermark=draw(st.sampled_from([0.0, 0.01, 0.1, 0.25]), label="watermark"),
         preemption_mode=mode,
         max_model_len=draw(st.sampled_from([None, None, 16]), label="max_model_len"),
-        enable_prefix_caching=caching)
+        enable_prefix_caching=caching,   # without caching LPM must be FCFS: drawn less often there
+        policy=draw(st.sampled_from(["fcfs", "lpm"] if caching else ["fcfs"] * 3 + ["lpm"]), label="policy"))
 
 
 class SchedulerMachine(RuleBasedStateMachine):
@@ -788,6 +825,25 @@ def test_the_fcfs_step_check_fires():
     d.sch.requests["r2"].order = -1                          # as if r2, still waiting, had arrived first
     with pytest.raises(AssertionError, match=r"admitted 'r0' \(order 0\) while 'r2' \(order -1\), which arrived"):
         check_fcfs_step(before, out, d.sch)
+
+
+def test_the_lpm_step_check_fires():
+    """With ``policy="lpm"`` the step must admit the head of the longest-prefix-match ranking: a later
+    arrival that hits the cache (r2) before an earlier one that does not (r1)."""
+    d = Driver(SchedulerConfig(num_gpu_blocks=32, block_size=2, max_num_seqs=1, watermark=0.0,
+                               enable_prefix_caching=True, policy="lpm"))
+    d.add([1, 2, 3, 4, 5], 1, 1)
+    d.drain()
+    d.add([7, 8, 9], 1, 1), d.add([1, 2, 3, 4, 6], 1, 1)
+    before = Before([], [], ["r1", "r2"], True, lpm_ranking(d.sch, d.expect))
+    assert before.ranked == ["r2", "r1"]
+    out = d.sch.schedule()
+    check_fcfs_step(before, out, d.sch)
+    assert out.admitted == ["r2"]
+    with pytest.raises(AssertionError, match="not the head of its longest-prefix-match order"):
+        check_fcfs_step(replace(before, ranked=["r1", "r2"]), out, d.sch)
+    with pytest.raises(AssertionError, match="not a permutation of waiting"):
+        check_fcfs_step(replace(before, ranked=["r2"]), out, d.sch)
 
 
 def test_the_progress_checks_fire(monkeypatch):
