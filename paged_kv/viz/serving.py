@@ -4,7 +4,8 @@ Three panels, from the engine's :class:`~paged_kv.engine.StepRecord` list: the *
 (waiting, running, swapped; one box per request, labelled with its progress), the **GPU block
 pool** (as chapter 5 draws it: colour = the sequence holding a block, pale = reserved but not yet
 written; sequences are named ``"<request>"`` and ``"<request>.<i>"`` for sample ``i``), and the
-**CPU swap pool**.  :func:`serving_figure` replays a run with plotly frames and a slider (the
+**CPU swap pool** (one row of blocks, each labelled ``id ×ref count`` and its holders: a
+block shared by a group's samples is swapped once and held by all of them).  :func:`serving_figure` replays a run with plotly frames and a slider (the
 static book); :func:`refresh_serving_figure` redraws the last step in place (the live panel).
 
 :func:`latency_figure` and :func:`swap_figure` draw the chapter's measured curves.
@@ -25,7 +26,7 @@ from .palette import COLORS, FREE_COLOR, discrete_scale
 LANES = ("waiting", "running", "swapped")
 TRACE_NAMES = ("queues", "pool", "block labels", "cpu pool")
 PANEL_TITLES = ("<b>queues</b> (box: request, generated / max tokens)", "<b>GPU KV blocks</b> id ×ref count",
-                "<b>CPU swap blocks</b>")
+                "<b>CPU swap blocks</b> id ×ref count, holders")
 PER_LANE = 6     # request boxes per lane before "+k more"
 
 
@@ -66,14 +67,26 @@ def _lane_trace(rec, order: Sequence) -> go.Scatter:
 
 
 def _cpu_trace(rec, order: Sequence) -> go.Heatmap:
+    """The CPU swap pool as one row of blocks, drawn as the GPU pool draws a block: coloured as its
+    first holder, labelled ``id ×ref count``, and the hover names every holder (a prompt block
+    shared by a group's samples is swapped once and held by all of them)."""
     index = {s: k for k, s in enumerate(order)}
-    z = [[0 if name is None else 1 + index[name] for name in rec.cpu]] if rec.cpu else [[None]]
-    hover = [[f"CPU block {b}: " + ("free" if name is None else f"holds {name}'s K/V")
-              for b, name in enumerate(rec.cpu)]] if rec.cpu else [[""]]
-    text = [[str(b) for b in range(len(rec.cpu))]] if rec.cpu else [[""]]
+    holders = rec.cpu_holders or tuple(((name, None),) if name is not None else () for name in rec.cpu)
+    z = [[0 if not h else 1 + index[h[0][0]] for h in holders]] if holders else [[None]]
+    hover, text = [], []
+    for b, h in enumerate(holders):
+        if not h:
+            hover.append(f"CPU block {b}: free (ref count 0)")
+            text.append(str(b))
+            continue
+        who = ", ".join(f"{name} (logical {lg})" if lg is not None else str(name) for name, lg in h)
+        hover.append(f"CPU block {b}, ref count {len(h)}<br>holds the K/V of {who}")
+        names = ", ".join(dict.fromkeys(str(name) for name, _ in h))
+        text.append(f"<b>{b}</b> ×{len(h)}<br>{names}")
     colors = [FREE_COLOR] + [COLORS[k % len(COLORS)] for k in range(len(order))]
-    return go.Heatmap(z=z, text=text, customdata=hover, hovertemplate="%{customdata}<extra></extra>",
-                      texttemplate="%{text}", textfont=dict(size=10), name="cpu pool", showscale=False,
+    return go.Heatmap(z=z, text=[text] if holders else [[""]], customdata=[hover] if holders else [[""]],
+                      hovertemplate="%{customdata}<extra></extra>", texttemplate="%{text}",
+                      textfont=dict(size=9), name="cpu pool", showscale=False,
                       colorscale=discrete_scale(colors), zmin=-0.5, zmax=len(colors) - 0.5, xgap=2, ygap=2)
 
 
