@@ -171,18 +171,21 @@ def trace_indices_safe(fig, name: str) -> bool:
 
 
 def latency_figure(curves: Mapping[str, tuple[Sequence[float], Sequence[float]]], title: str,
-                   threshold: float | None = None, y_max: float | None = None) -> go.Figure:
-    """Normalized latency (s/token) against request rate (req/s), one line per configuration (the
-    shape of the vLLM paper's Figure 12); ``threshold`` draws the capacity line."""
+                   threshold: float | None = None, y_max: float | None = None,
+                   yaxis: str = "normalized latency (s/token)", threshold_text: str | None = None) -> go.Figure:
+    """A metric against request rate (req/s), one line per configuration: by default normalized
+    latency (s/token, the shape of the vLLM paper's Figure 12), or any ``yaxis`` (SLO attainment).
+    ``threshold`` draws a dotted line (the capacity line, the attainment goal), labelled
+    ``threshold_text`` (default: ``"<threshold> s/token"``)."""
     fig = go.Figure()
     for k, (name, (x, y)) in enumerate(curves.items()):
         fig.add_trace(go.Scatter(x=list(x), y=list(y), name=name, mode="lines+markers",
                                  line=dict(color=COLORS[k % len(COLORS)])))
     if threshold is not None:
         fig.add_hline(y=threshold, line=dict(dash="dot", color="#777"),
-                      annotation_text=f"{threshold} s/token", annotation_position="top left")
+                      annotation_text=threshold_text or f"{threshold} s/token", annotation_position="top left")
     fig.update_layout(title=dict(text=title, x=0.01, font=dict(size=14)), height=420,
-                      xaxis_title="request rate (req/s)", yaxis_title="normalized latency (s/token)",
+                      xaxis_title="request rate (req/s)", yaxis_title=yaxis,
                       legend=dict(orientation="h", y=-0.25), margin=dict(l=60, r=20, t=70, b=90))
     if y_max is not None:
         fig.update_yaxes(range=[0, y_max])
@@ -190,8 +193,10 @@ def latency_figure(curves: Mapping[str, tuple[Sequence[float], Sequence[float]]]
 
 
 def swap_figure(block_sizes: Sequence[int], series: Mapping[str, Sequence[float]], title: str,
-                yaxis: str) -> go.Figure:
-    """One line per series against block size (log-2 axis): the shape of the paper's Figure 19."""
+                yaxis: str, log_y: bool = False) -> go.Figure:
+    """One line per series against block size (log-2 axis): the shape of the paper's Figure 19.
+    ``log_y``: a log y axis, for costs that span orders of magnitude (a per-block copy cost at
+    block size 1 would otherwise flatten the medium sizes)."""
     fig = go.Figure()
     for k, (name, ys) in enumerate(series.items()):
         fig.add_trace(go.Scatter(x=list(block_sizes), y=list(ys), name=name, mode="lines+markers",
@@ -200,4 +205,6 @@ def swap_figure(block_sizes: Sequence[int], series: Mapping[str, Sequence[float]
                      title="block size (tokens)")
     fig.update_layout(title=dict(text=title, x=0.01, font=dict(size=14)), height=400, yaxis_title=yaxis,
                       legend=dict(orientation="h", y=-0.3), margin=dict(l=60, r=20, t=70, b=100))
+    if log_y:
+        fig.update_yaxes(type="log")
     return fig

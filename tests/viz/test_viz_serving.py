@@ -55,8 +55,12 @@ def test_refresh_redraws_in_place(run):
 def test_curve_figures():
     fig = latency_figure({"a": ([1, 2], [0.1, 0.2]), "b": ([1], [0.3])}, "t", threshold=0.1)
     assert [t.name for t in fig.data] == ["a", "b"]
+    assert fig.layout.yaxis.title.text == "normalized latency (s/token)" and fig.layout.annotations[0].text == "0.1 s/token"
+    fig = latency_figure({"a": ([1, 2], [1.0, 0.5])}, "t", threshold=0.9, yaxis="share", threshold_text="90% goal")
+    assert fig.layout.yaxis.title.text == "share" and fig.layout.annotations[0].text == "90% goal"
     fig = swap_figure([1, 4, 16], {"swap": [3, 2, 1]}, "t", "ms")
     assert fig.layout.xaxis.type == "log" and list(fig.data[0].x) == [1, 4, 16]
+    assert fig.layout.yaxis.type != "log" and swap_figure([1, 4], {"s": [850, 2]}, "t", "ms", log_y=True).layout.yaxis.type == "log"
 
 
 def test_panel_submit_step_preempt_and_refuse(small_model):
