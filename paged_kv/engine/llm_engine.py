@@ -92,6 +92,7 @@ class LLMEngine:
         self._adapters: dict[str, tuple[int, int]] = {}     # name -> (id, shift)
         self._next_adapter = 1
         self._evicted_seen = 0
+        self._preemptions_seen = 0
         self.record = bool(record)
         self.records: list[StepRecord] = []
         if self.record:
@@ -158,7 +159,7 @@ class LLMEngine:
                                  adapter_shift=shift)
         self._outputs[request_id] = RequestOutput(request_id, prompt, req,
                                                   self.tokenizer if self.model is not None else None,
-                                                  arrival=arrival)
+                                                  arrival=arrival, arrival_step=self.stats.steps)
         return request_id
 
     def has_unfinished_requests(self) -> bool:
@@ -170,6 +171,7 @@ class LLMEngine:
         in arrival order.  An idle engine returns ``[]``."""
         if not self.scheduler.has_unfinished:
             return []
+        self._note_hand_preemptions()
         out = self.scheduler.schedule()                         # 1. schedule: the step as data
         for rid in out.admitted:                                # its queue time ends at its first admission
             o = self._output(rid)
@@ -238,6 +240,17 @@ class LLMEngine:
                     seq.finish_reason = "stop"
         return done
 
+    def _note_hand_preemptions(self) -> None:
+        """Stamp preemptions made between steps (``scheduler.preempt``, the live panel's button)
+        with the step they take effect in, the next one."""
+        sch = self.scheduler
+        if sch.num_preemptions == self._preemptions_seen:
+            return
+        for req in list(sch.waiting) + list(sch.swapped):
+            o = self._output(req.request_id)
+            o.preempted_steps += [self.stats.steps + 1] * (req.preemptions - len(o.preempted_steps))
+        self._preemptions_seen = sch.num_preemptions
+
     def _output(self, rid) -> RequestOutput:
         """The output of ``rid``, made for a request added to the scheduler directly."""
         if rid not in self._outputs:
@@ -273,14 +286,16 @@ class LLMEngine:
             self._evicted_seen += len(evicted)
             self.records.append(step_record(sch, st.steps, self.clock, describe(out, done), out.hit_blocks, evicted))
         result = []
+        for rid in out.preempted:
+            self._output(rid).preempted_steps.append(st.steps)
+        self._preemptions_seen = sch.num_preemptions
         for rid in sorted(produced | {r.request_id for r in done}, key=lambda r: sch.requests[r].order):
             req, o = sch.requests[rid], self._output(rid)
             if rid in produced:
                 if math.isnan(o.first_token):
                     o.first_token = self.clock
-                else:
-                    o.max_itl = max(o.max_itl, self.clock - o.last_token)
-                o.last_token = self.clock
+                o.token_times.append(self.clock)
+                o.token_steps.append(st.steps)
             o.preemptions = req.preemptions
             if req.finished:
                 o.finish = self.clock

@@ -1,15 +1,38 @@
-"""What an engine measures over a run, as engines log it (vLLM's scheduler and iteration stats).
+"""What an engine measures over a run, as engines log it (vLLM's scheduler and iteration stats),
+and the latency metrics a serving benchmark reports from it.
 
-Counters and per-step series, kept by :class:`~paged_kv.engine.LLMEngine` after every step.  Time is
-the wall clock with the tiny model, the modelled clock with a timing model.
+* :class:`EngineStats`: counters and per-step series, kept by :class:`~paged_kv.engine.LLMEngine`
+  after every step.  Time is the wall clock with the tiny model, the modelled clock with a timing
+  model.
+* Latency as a **distribution**, as vLLM's serving benchmark reports it (``vllm bench serve``,
+  ``vllm/benchmarks/serve.py``): :func:`percentile` (linear between the two nearest ranks, numpy's
+  default, which that benchmark uses), :func:`summarize` (mean, p50, p90, p99, max), and
+  :func:`inter_token_latencies`, every gap between two consecutive tokens of every request pooled
+  into one sample (the benchmark's ITL; a request's TPOT is the mean of its own gaps).
+* **Goodput** under a service-level objective (:class:`SLO`: a TTFT and a TPOT bound, both met for
+  a request to count).  :func:`slo_attainment` is the share of requests that meet it;
+  :func:`request_goodput` the requests meeting it per second of the run (``vllm bench serve
+  --goodput``, whose help text refers to DistServe for the definition); :func:`goodput_rate`
+  DistServe's own definition (Zhong et al., OSDI 2024, §1): "the maximum request rate that can be
+  served adhering to the SLO attainment goal (say, 90%)", read off attainment measured at several
+  rates.
+
+Legend: N requests; G gaps (all requests' inter-token gaps together).  Units: seconds.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, fields
+from typing import Iterable, Sequence
 
-__all__ = ["EngineStats"]
+import numpy as np
+
+from ..errors import ConfigError
+from ..validate import real
+
+__all__ = ["DISTSERVE_CHATBOT_OPT13B", "EngineStats", "SLO", "goodput_rate", "inter_token_latencies",
+           "percentile", "request_goodput", "slo_attainment", "summarize"]
 
 
 @dataclass
@@ -74,3 +97,160 @@ class EngineStats:
     @property
     def peak_kv_usage(self) -> float:
         return max(self.kv_usage, default=0.0)
+
+
+# --- latency distributions --------------------------------------------------------------------------
+
+def _sample(values, label: str) -> np.ndarray:
+    """``values`` as a 1-D float64 array without NaNs (a one-token output has no TPOT: left out),
+    or ConfigError naming ``label``."""
+    try:
+        x = np.asarray(list(values) if not hasattr(values, "shape") else values, dtype=np.float64).ravel()
+    except (TypeError, ValueError):
+        raise ConfigError(f"{label} must be numbers (seconds), got {values!r:.80}") from None
+    return x[~np.isnan(x)]
+
+
+def percentile(values, q: float) -> float:
+    """The ``q``-th percentile of ``values`` (s), linear between the two nearest ranks: with the
+    ``n`` values sorted as ``x[0] <= ... <= x[n-1]``, rank ``h = (n - 1) q / 100`` and the result
+    ``x[floor h] + (h - floor h) (x[floor h + 1] - x[floor h])`` (numpy's default method, the one
+    vLLM's serving benchmark uses).  NaNs are left out; ``nan`` for no values.
+
+    Raises:
+        ConfigError: ``q`` outside 0..100, or values that are not numbers.
+    """
+    q = real("q (percent, 0 to 100)", q, 0.0, 100.0)
+    x = _sample(values, "values")
+    return float(np.percentile(x, q)) if x.size else math.nan
+
+
+def summarize(values, qs: Sequence[float] = (50, 90, 99)) -> dict[str, float]:
+    """``{"n", "mean", "p50", "p90", "p99", "max"}`` (one ``"p<q>"`` per entry of ``qs``) of
+    ``values`` (s; NaNs left out): how a benchmark prints a latency.  With few values the high
+    percentiles sit near the maximum: p99 of 5 values is 96% of the way from the 4th to the 5th.
+    Every entry but ``n`` is ``nan`` for no values.
+
+    Raises:
+        ConfigError: a ``q`` outside 0..100, or values that are not numbers.
+    """
+    x = _sample(values, "values")
+    out = {"n": int(x.size), "mean": float(x.mean()) if x.size else math.nan}
+    for q in qs:
+        out[f"p{q:g}"] = percentile(x, q)
+    out["max"] = float(x.max()) if x.size else math.nan
+    return out
+
+
+def inter_token_latencies(outputs: Iterable) -> np.ndarray:
+    """``[G]`` every inter-token gap (s) of every request in ``outputs``
+    (:class:`~paged_kv.engine.RequestOutput`), pooled in request order: the sample whose
+    distribution a serving benchmark reports as ITL (vLLM's ``vllm bench serve`` pools the gaps
+    of all requests the same way).  A request of ``k`` token steps gives ``k - 1`` gaps.
+
+    Raises:
+        ConfigError: an item without ``itl`` (not a RequestOutput).
+    """
+    gaps: list[float] = []
+    for o in outputs:
+        if not hasattr(o, "itl"):
+            raise ConfigError(f"outputs must be RequestOutputs (with .itl), got {type(o).__name__}")
+        gaps += o.itl
+    return np.asarray(gaps, dtype=np.float64)
+
+
+# --- service-level objectives and goodput -------------------------------------------------------------
+
+@dataclass(frozen=True)
+class SLO:
+    """A latency service-level objective: a request meets it when its TTFT is at most ``ttft_s``
+    **and** its TPOT at most ``tpot_s`` (both in seconds, > 0), DistServe's two-bound SLO (§2).
+    A one-token output has no TPOT (``nan``) and is judged on its TTFT alone, as vLLM's benchmark
+    counts its TPOT as 0.  ``name``: where the numbers come from.
+
+    Raises:
+        ConfigError: a bound that is not a positive number.
+    """
+
+    ttft_s: float
+    tpot_s: float
+    name: str = ""
+
+    def __post_init__(self) -> None:
+        for label in ("ttft_s", "tpot_s"):
+            object.__setattr__(self, label, real(f"{label} (s)", getattr(self, label), 0.0, low_open=True))
+
+    def met(self, ttft_s, tpot_s) -> np.ndarray:
+        """``[N]`` bool: which requests meet both bounds, from their ``[N]`` TTFTs and TPOTs (s).
+
+        Raises:
+            ConfigError: the two arrays differ in length, or a TTFT is ``nan`` (a request that
+                never produced a token cannot be judged: serve the run to the end first).
+        """
+        ttft = np.asarray(ttft_s, dtype=np.float64).ravel()
+        tpot = np.asarray(tpot_s, dtype=np.float64).ravel()
+        if ttft.shape != tpot.shape:
+            raise ConfigError(f"one TTFT and one TPOT per request: got {ttft.size} TTFTs and {tpot.size} TPOTs")
+        if np.isnan(ttft).any():
+            raise ConfigError(f"{int(np.isnan(ttft).sum())} requests have no first token (TTFT nan): "
+                              f"judge an SLO on finished requests only")
+        return (ttft <= self.ttft_s) & (np.isnan(tpot) | (tpot <= self.tpot_s))
+
+
+# DistServe's chatbot SLO for OPT-13B on ShareGPT (Zhong et al., OSDI 2024, Table 1): a cited number,
+# typed in; the paper says it set its SLOs "empirically based on their service target".
+DISTSERVE_CHATBOT_OPT13B = SLO(0.25, 0.1, "DistServe, OSDI 2024, Table 1: chatbot, OPT-13B, ShareGPT")
+
+
+def slo_attainment(ttft_s, tpot_s, slo: SLO) -> float:
+    """The share of requests meeting ``slo`` (0..1; DistServe's "SLO attainment"), from their
+    ``[N]`` TTFTs and TPOTs (s); ``nan`` for no requests.
+
+    Raises:
+        ConfigError: ``slo`` not an :class:`SLO`, or (from :meth:`SLO.met`) mismatched arrays.
+    """
+    if not isinstance(slo, SLO):
+        raise ConfigError(f"slo must be an SLO, got {slo!r:.60}")
+    met = slo.met(ttft_s, tpot_s)
+    return float(met.mean()) if met.size else math.nan
+
+
+def request_goodput(ttft_s, tpot_s, slo: SLO, duration_s: float) -> float:
+    """Requests meeting ``slo`` per second of a run that lasted ``duration_s`` (s, > 0): the request
+    goodput of ``vllm bench serve --goodput`` (completed requests that meet every bound, divided by
+    the benchmark's duration).  Requests that miss count for nothing, however fast the others are.
+
+    Raises:
+        ConfigError: ``duration_s`` not > 0, ``slo`` not an :class:`SLO`, or mismatched arrays.
+    """
+    if not isinstance(slo, SLO):
+        raise ConfigError(f"slo must be an SLO, got {slo!r:.60}")
+    duration_s = real("duration_s (s)", duration_s, 0.0, low_open=True)
+    return float(slo.met(ttft_s, tpot_s).sum()) / duration_s
+
+
+def goodput_rate(rates, attainments, goal: float = 0.9) -> float:
+    """DistServe's goodput (§1): the request rate (req/s) up to which SLO attainment stays at least
+    ``goal``, from attainments measured at increasing ``rates``: where the curve first falls below
+    the goal, linear between the two rates around the crossing (as :func:`paged_kv.sim.capacity`
+    reads a latency curve).  The last rate if it never falls below, and 0 if even the first rate
+    misses the goal: both lower bounds (try higher, or lower, rates).
+
+    Raises:
+        ConfigError: rates and attainments of different lengths or none, rates not increasing,
+            an attainment outside 0..1, or ``goal`` outside (0, 1].
+    """
+    goal = real("goal (share of requests, 0 to 1)", goal, 0.0, 1.0, low_open=True)
+    rates, att = [float(r) for r in rates], [float(a) for a in attainments]
+    if not rates or len(rates) != len(att):
+        raise ConfigError(f"one attainment per rate: got {len(rates)} rates and {len(att)} attainments")
+    if any(b <= a for a, b in zip(rates, rates[1:])):
+        raise ConfigError(f"rates must increase, got {rates}")
+    if any(not 0.0 <= a <= 1.0 for a in att):
+        raise ConfigError(f"an attainment is a share of requests, 0 to 1: got {att}")
+    if att[0] < goal:
+        return 0.0
+    for (r0, a0), (r1, a1) in zip(zip(rates, att), zip(rates[1:], att[1:])):
+        if a1 < goal:
+            return r0 + (r1 - r0) * (a0 - goal) / (a0 - a1)
+    return rates[-1]

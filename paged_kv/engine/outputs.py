@@ -27,10 +27,12 @@ class RequestOutput:
             the scheduler and the runner leaves them ``nan``).
         first_scheduled: clock time (s) it was first admitted, when its first step began (vLLM's
             ``scheduled_ts``; ``nan`` until then); :attr:`queue_time` is the wait before it.
-        preemptions: times it was preempted.
-        last_token: clock time (s) of its latest token; max_itl: the longest wait between two of
-            its consecutive tokens (s; inter-token latency, ITL, as vLLM's metrics call it), where a
-            preemption shows as one long stall.
+        preemptions: times it was preempted; ``preempted_steps``: the step of each preemption.
+        arrival_step: steps the engine had run when the request was added.
+        token_times, token_steps: the clock time (s) and the number of each step in which it
+            produced tokens (one token per running sample; with ``n`` samples a step is counted
+            once).  Their gaps are its inter-token latencies (:attr:`itl`); a preemption after the
+            first token shows as one long gap, one before it as a longer TTFT.
         token_ids: (property) per sample, the tokens generated so far; ``text``: the same decoded
             (``None`` without a tokenizer), see :attr:`text`.
         finish_reason: (property) per sample, ``None`` while it generates, then ``"length"``,
@@ -50,8 +52,10 @@ class RequestOutput:
     finish: float = math.nan
     first_scheduled: float = math.nan
     preemptions: int = 0
-    last_token: float = math.nan
-    max_itl: float = 0.0
+    arrival_step: int = 0
+    preempted_steps: list = field(default_factory=list)
+    token_times: list = field(default_factory=list)
+    token_steps: list = field(default_factory=list)
     stop_at: dict = field(default_factory=dict)
     stop_token: set = field(default_factory=set)
 
@@ -132,6 +136,37 @@ class RequestOutput:
         (``nan`` for a one-token output)."""
         n = len(self.token_ids[0]) if self.token_ids else 0
         return (self.finish - self.first_token) / (n - 1) if n > 1 else math.nan
+
+    @property
+    def last_token(self) -> float:
+        """Clock time (s) of its latest token (``nan`` before the first)."""
+        return self.token_times[-1] if self.token_times else math.nan
+
+    @property
+    def itl(self) -> list[float]:
+        """Inter-token latencies (s): every gap between two consecutive steps that gave it tokens,
+        ``len(token_times) - 1`` of them (vLLM's ITL is each such gap, its benchmark reports
+        their distribution over all requests: :func:`paged_kv.engine.metrics.inter_token_latencies`)."""
+        t = self.token_times
+        return [b - a for a, b in zip(t, t[1:])]
+
+    @property
+    def itl_steps(self) -> list[int]:
+        """The same gaps counted in engine steps (a running request that gets a token every step has
+        gaps of 1; a preemption shows as more).  Unlike the clock, steps do not depend on the machine."""
+        t = self.token_steps
+        return [b - a for a, b in zip(t, t[1:])]
+
+    @property
+    def max_itl(self) -> float:
+        """The longest of :attr:`itl` (s); 0 with fewer than two token steps."""
+        return max(self.itl, default=0.0)
+
+    @property
+    def ttft_steps(self) -> int | None:
+        """Steps from its arrival to the step of its first token (1: the step after it was added
+        produced it); ``None`` before the first token."""
+        return self.token_steps[0] - self.arrival_step if self.token_steps else None
 
     @property
     def latency(self) -> float:

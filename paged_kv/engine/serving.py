@@ -20,7 +20,7 @@ Legend: N requests.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -30,10 +30,10 @@ from ..sim import ServingSetup, Trace, normalized_latency, sweep_rates
 from ..validate import count, real
 from .config import EngineConfig
 from .llm_engine import LLMEngine
-from .metrics import EngineStats
+from .metrics import SLO, EngineStats, inter_token_latencies, request_goodput, slo_attainment
 
 __all__ = ["PAPER_SHARED_PREFIX", "ServeResult", "SharedPrefixWorkload", "SwapTime", "engine_config_for",
-           "rate_sweep", "serve_static", "serve_trace", "shared_prefix_workload"]
+           "rate_sweep", "serve_static", "serve_sweep", "serve_trace", "shared_prefix_workload"]
 
 PCIE4_X16_BYTES_PER_S = 25e9     # an assumption: PCIe 4.0 x16 is 32 GB/s per direction, ~25 GB/s achieved
 COPY_CALL_S = 10e-6              # an assumption: fixed cost of one small cudaMemcpyAsync (launch + DMA set-up)
@@ -93,6 +93,8 @@ class ServeResult:
         stats: the engine's :class:`EngineStats` (steps, preemptions, swapped blocks, KV usage).
         first_scheduled_s: ``[N]`` float64, clock times (s) of each request's first admission
             (``None`` where not measured: :func:`serve_static`).
+        itl_s: ``[G]`` float64, every gap (s) between two consecutive token steps of every
+            request, pooled in request order (the sample a benchmark's ITL percentiles come from).
     """
 
     trace: Trace
@@ -101,6 +103,7 @@ class ServeResult:
     finish_s: np.ndarray
     stats: EngineStats
     first_scheduled_s: np.ndarray | None = None
+    itl_s: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
     @property
     def ttft_s(self) -> np.ndarray:
@@ -123,6 +126,28 @@ class ServeResult:
         return self.finish_s - self.trace.arrival_s
 
     @property
+    def tpot_s(self) -> np.ndarray:
+        """``[N]`` time per output token (s) after the first: ``(finish - first token) / (output
+        tokens - 1)``, ``nan`` for a one-token output."""
+        out = self.trace.output_len.astype(np.float64)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(out > 1, (self.finish_s - self.first_token_s) / (out - 1), np.nan)
+
+    @property
+    def duration_s(self) -> float:
+        """The run's span (s): first arrival to last finish (a benchmark's duration)."""
+        return float(self.finish_s.max() - self.trace.arrival_s.min())
+
+    def slo_attainment(self, slo: SLO) -> float:
+        """The share of requests meeting ``slo`` (:func:`paged_kv.engine.metrics.slo_attainment`)."""
+        return slo_attainment(self.ttft_s, self.tpot_s, slo)
+
+    def goodput(self, slo: SLO) -> float:
+        """Requests meeting ``slo`` per second of :attr:`duration_s`
+        (:func:`paged_kv.engine.metrics.request_goodput`)."""
+        return request_goodput(self.ttft_s, self.tpot_s, slo, self.duration_s)
+
+    @property
     def normalized_latency(self) -> float:
         """The paper's metric (§6.1), :func:`paged_kv.sim.normalized_latency` (s/token)."""
         return normalized_latency(self.trace, self.finish_s)
@@ -130,7 +155,7 @@ class ServeResult:
     @property
     def throughput(self) -> float:
         """Requests finished per second of clock, from the first arrival to the last finish."""
-        span = float(self.finish_s.max() - self.trace.arrival_s.min())
+        span = self.duration_s
         return len(self.trace) / span if span > 0 else math.nan
 
 
@@ -195,23 +220,43 @@ def serve_trace(trace: Trace, config: EngineConfig, iteration_time, n: int = 1,
                     bar.update(1)
     if bar is not None:
         bar.close()
-    first = np.array([engine.output(i).first_token for i in range(len(trace))])
-    finish = np.array([engine.output(i).finish for i in range(len(trace))])
-    scheduled = np.array([engine.output(i).first_scheduled for i in range(len(trace))])
-    return ServeResult(trace, n, first, finish, engine.stats, scheduled)
+    outs = [engine.output(i) for i in range(len(trace))]
+    first = np.array([o.first_token for o in outs])
+    finish = np.array([o.finish for o in outs])
+    scheduled = np.array([o.first_scheduled for o in outs])
+    return ServeResult(trace, n, first, finish, engine.stats, first_scheduled_s=scheduled,
+                       itl_s=inter_token_latencies(outs))
+
+
+def serve_sweep(setup: ServingSetup, rates, configs: dict[str, EngineConfig], n: int = 1,
+                num_requests: int = 300, seed: int = 0,
+                stop_above: float | None = None) -> dict[str, tuple[list[float], list[ServeResult]]]:
+    """Serve ``setup``'s trace at each request rate (req/s) on each named engine config, by
+    :func:`paged_kv.sim.sweep_rates` (every config serves the same trace at each rate), keeping
+    every :class:`ServeResult`: ``{name: (rates served, results)}``, for any metric of the runs
+    (normalized latency, TTFT percentiles, SLO attainment).  ``stop_above`` (s/token): a config's
+    higher rates are skipped once its normalized latency exceeds it."""
+    step_time = setup.iteration_time()
+    kept: dict[str, list[ServeResult]] = {name: [] for name in configs}
+
+    def serve(name: str, config: EngineConfig):
+        def run(trace: Trace) -> float:
+            kept[name].append(serve_trace(trace, config, step_time, n))
+            return kept[name][-1].normalized_latency
+        return run
+    curves = sweep_rates(setup, rates, {name: serve(name, c) for name, c in configs.items()},
+                         num_requests, seed, stop_above)
+    return {name: (curves[name][0], kept[name]) for name in configs}
 
 
 def rate_sweep(setup: ServingSetup, rates, configs: dict[str, EngineConfig], n: int = 1,
                num_requests: int = 300, seed: int = 0,
                stop_above: float | None = None) -> dict[str, tuple[list[float], list[float]]]:
     """Normalized latency (s/token) against request rate (req/s) for each named engine config on
-    ``setup``'s lengths and step time, by :func:`paged_kv.sim.sweep_rates` (every config serves
-    the same trace at each rate; ``stop_above`` in s/token): ``{name: (rates, latencies)}``."""
-    step_time = setup.iteration_time()
-
-    def serve(config: EngineConfig):
-        return lambda trace: serve_trace(trace, config, step_time, n).normalized_latency
-    return sweep_rates(setup, rates, {name: serve(c) for name, c in configs.items()}, num_requests, seed, stop_above)
+    ``setup``'s lengths and step time (:func:`serve_sweep`; ``stop_above`` in s/token):
+    ``{name: (rates, latencies)}``."""
+    runs = serve_sweep(setup, rates, configs, n, num_requests, seed, stop_above)
+    return {name: (xs, [r.normalized_latency for r in results]) for name, (xs, results) in runs.items()}
 
 
 def serve_static(trace: Trace, batch_size: int, iteration_time) -> ServeResult:
@@ -226,6 +271,7 @@ def serve_static(trace: Trace, batch_size: int, iteration_time) -> ServeResult:
     batch_size = count("batch_size", batch_size)
     arr, P, O = trace.arrival_s.tolist(), trace.prompt_len.tolist(), trace.output_len.tolist()
     first, finish = [math.nan] * len(arr), [math.nan] * len(arr)
+    gaps: list[list[float]] = [[] for _ in arr]          # per request, its inter-token gaps (s)
     stats, clock, nxt = EngineStats(), 0.0, 0
     while nxt < len(arr):
         clock = max(clock, arr[nxt])
@@ -239,15 +285,19 @@ def serve_static(trace: Trace, batch_size: int, iteration_time) -> ServeResult:
                 finish[i] = clock
         held = sum(P[i] + 1 for i in batch)
         for k in range(2, max(O[i] for i in batch) + 1):
-            clock += iteration_time(held, 0)
+            dt = iteration_time(held, 0)
+            clock += dt
             held += len(batch)
             stats.steps += 1
             for i in batch:
+                if O[i] >= k:
+                    gaps[i].append(dt)
                 if O[i] == k:
                     finish[i] = clock
     stats.clock_s = clock
     stats.generated = int(sum(O))
-    return ServeResult(trace, 1, np.array(first), np.array(finish), stats)
+    return ServeResult(trace, 1, np.array(first), np.array(finish), stats,
+                       itl_s=np.array([g for per_request in gaps for g in per_request], dtype=np.float64))
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,11 @@ class StepRecord:
         step: its number (0 = before the first step); ``clock_s``: the clock after it (s).
         pool: the GPU pool after it, a :class:`~paged_kv.blocks.Snapshot` whose sequences are
             named ``"<request>"`` (the leader) and ``"<request>.<i>"`` (sample ``i``).
-        cpu: per CPU block, the sequence holding it (``None``: free).
+        cpu: per CPU block, the first sequence holding it (``None``: free), as the GPU pool's
+            owner is its first holder.
+        cpu_holders: per CPU block, ``(sequence, logical index)`` of every swapped-out table that
+            holds it (empty: free); its length is the block's reference count, so a prompt block
+            shared by a group's samples shows every sample.
         waiting, running, swapped: per queue, ``(request, generated tokens, max_tokens, computed
             prompt tokens, prompt tokens)`` in queue order.
         text: what happened, in words.
@@ -44,6 +48,7 @@ class StepRecord:
     cached: tuple = ()
     hits: tuple = ()
     evicted: tuple = ()
+    cpu_holders: tuple = ()
 
 
 def step_record(scheduler: Scheduler, step: int, clock_s: float, text: str, hits=(), evicted=()) -> StepRecord:
@@ -55,16 +60,17 @@ def step_record(scheduler: Scheduler, step: int, clock_s: float, text: str, hits
         cached = tuple(b in sch.manager.cache for b in range(sch.config.num_gpu_blocks))
     names = {s.seq_id: seq_name(r, s) for r in sch.requests.values() for s in r.seqs}
     pool = rename_sequences(snapshot(sch.manager, step, Event("step", text=text)), names)
-    cpu = [None] * sch.config.num_cpu_blocks
+    holders: list[list] = [[] for _ in range(sch.config.num_cpu_blocks)]
     for sid in sch.manager.swapped_ids:
-        for b in sch.manager.swapped_table(sid).block_ids:
-            cpu[b] = names.get(sid, str(sid))
+        for logical, b in enumerate(sch.manager.swapped_table(sid).block_ids):
+            holders[b].append((names.get(sid, str(sid)), logical))
+    cpu = [h[0][0] if h else None for h in holders]
 
     def rows(queue):
         return tuple((str(r.request_id), max(s.num_generated for s in r.seqs), r.max_tokens,
                       min(r.leader.num_computed, r.prompt_len), r.prompt_len) for r in queue)
     return StepRecord(step, clock_s, pool, tuple(cpu), rows(sch.waiting), rows(sch.running), rows(sch.swapped),
-                      text, cached, tuple(hits), tuple(evicted))
+                      text, cached, tuple(hits), tuple(evicted), tuple(tuple(h) for h in holders))
 
 
 def seq_name(request: Request, seq: Sequence) -> str:

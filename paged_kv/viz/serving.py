@@ -4,7 +4,8 @@ Three panels, from the engine's :class:`~paged_kv.engine.StepRecord` list: the *
 (waiting, running, swapped; one box per request, labelled with its progress), the **GPU block
 pool** (as chapter 5 draws it: colour = the sequence holding a block, pale = reserved but not yet
 written; sequences are named ``"<request>"`` and ``"<request>.<i>"`` for sample ``i``), and the
-**CPU swap pool**.  :func:`serving_figure` replays a run with plotly frames and a slider (the
+**CPU swap pool** (one row of blocks, each labelled ``id ×ref count`` and its holders: a
+block shared by a group's samples is swapped once and held by all of them).  :func:`serving_figure` replays a run with plotly frames and a slider (the
 static book); :func:`refresh_serving_figure` redraws the last step in place (the live panel).
 
 :func:`latency_figure` and :func:`swap_figure` draw the chapter's measured curves.
@@ -25,7 +26,7 @@ from .palette import COLORS, FREE_COLOR, discrete_scale
 LANES = ("waiting", "running", "swapped")
 TRACE_NAMES = ("queues", "pool", "block labels", "cpu pool")
 PANEL_TITLES = ("<b>queues</b> (box: request, generated / max tokens)", "<b>GPU KV blocks</b> id ×ref count",
-                "<b>CPU swap blocks</b>")
+                "<b>CPU swap blocks</b> id ×ref count, holders")
 PER_LANE = 6     # request boxes per lane before "+k more"
 
 
@@ -66,14 +67,26 @@ def _lane_trace(rec, order: Sequence) -> go.Scatter:
 
 
 def _cpu_trace(rec, order: Sequence) -> go.Heatmap:
+    """The CPU swap pool as one row of blocks, drawn as the GPU pool draws a block: coloured as its
+    first holder, labelled ``id ×ref count``, and the hover names every holder (a prompt block
+    shared by a group's samples is swapped once and held by all of them)."""
     index = {s: k for k, s in enumerate(order)}
-    z = [[0 if name is None else 1 + index[name] for name in rec.cpu]] if rec.cpu else [[None]]
-    hover = [[f"CPU block {b}: " + ("free" if name is None else f"holds {name}'s K/V")
-              for b, name in enumerate(rec.cpu)]] if rec.cpu else [[""]]
-    text = [[str(b) for b in range(len(rec.cpu))]] if rec.cpu else [[""]]
+    holders = rec.cpu_holders or tuple(((name, None),) if name is not None else () for name in rec.cpu)
+    z = [[0 if not h else 1 + index[h[0][0]] for h in holders]] if holders else [[None]]
+    hover, text = [], []
+    for b, h in enumerate(holders):
+        if not h:
+            hover.append(f"CPU block {b}: free (ref count 0)")
+            text.append(str(b))
+            continue
+        who = ", ".join(f"{name} (logical {lg})" if lg is not None else str(name) for name, lg in h)
+        hover.append(f"CPU block {b}, ref count {len(h)}<br>holds the K/V of {who}")
+        names = ", ".join(dict.fromkeys(str(name) for name, _ in h))
+        text.append(f"<b>{b}</b> ×{len(h)}<br>{names}")
     colors = [FREE_COLOR] + [COLORS[k % len(COLORS)] for k in range(len(order))]
-    return go.Heatmap(z=z, text=text, customdata=hover, hovertemplate="%{customdata}<extra></extra>",
-                      texttemplate="%{text}", textfont=dict(size=10), name="cpu pool", showscale=False,
+    return go.Heatmap(z=z, text=[text] if holders else [[""]], customdata=[hover] if holders else [[""]],
+                      hovertemplate="%{customdata}<extra></extra>", texttemplate="%{text}",
+                      textfont=dict(size=9), name="cpu pool", showscale=False,
                       colorscale=discrete_scale(colors), zmin=-0.5, zmax=len(colors) - 0.5, xgap=2, ygap=2)
 
 
@@ -158,18 +171,21 @@ def trace_indices_safe(fig, name: str) -> bool:
 
 
 def latency_figure(curves: Mapping[str, tuple[Sequence[float], Sequence[float]]], title: str,
-                   threshold: float | None = None, y_max: float | None = None) -> go.Figure:
-    """Normalized latency (s/token) against request rate (req/s), one line per configuration (the
-    shape of the vLLM paper's Figure 12); ``threshold`` draws the capacity line."""
+                   threshold: float | None = None, y_max: float | None = None,
+                   yaxis: str = "normalized latency (s/token)", threshold_text: str | None = None) -> go.Figure:
+    """A metric against request rate (req/s), one line per configuration: by default normalized
+    latency (s/token, the shape of the vLLM paper's Figure 12), or any ``yaxis`` (SLO attainment).
+    ``threshold`` draws a dotted line (the capacity line, the attainment goal), labelled
+    ``threshold_text`` (default: ``"<threshold> s/token"``)."""
     fig = go.Figure()
     for k, (name, (x, y)) in enumerate(curves.items()):
         fig.add_trace(go.Scatter(x=list(x), y=list(y), name=name, mode="lines+markers",
                                  line=dict(color=COLORS[k % len(COLORS)])))
     if threshold is not None:
         fig.add_hline(y=threshold, line=dict(dash="dot", color="#777"),
-                      annotation_text=f"{threshold} s/token", annotation_position="top left")
+                      annotation_text=threshold_text or f"{threshold} s/token", annotation_position="top left")
     fig.update_layout(title=dict(text=title, x=0.01, font=dict(size=14)), height=420,
-                      xaxis_title="request rate (req/s)", yaxis_title="normalized latency (s/token)",
+                      xaxis_title="request rate (req/s)", yaxis_title=yaxis,
                       legend=dict(orientation="h", y=-0.25), margin=dict(l=60, r=20, t=70, b=90))
     if y_max is not None:
         fig.update_yaxes(range=[0, y_max])
@@ -177,8 +193,10 @@ def latency_figure(curves: Mapping[str, tuple[Sequence[float], Sequence[float]]]
 
 
 def swap_figure(block_sizes: Sequence[int], series: Mapping[str, Sequence[float]], title: str,
-                yaxis: str) -> go.Figure:
-    """One line per series against block size (log-2 axis): the shape of the paper's Figure 19."""
+                yaxis: str, log_y: bool = False) -> go.Figure:
+    """One line per series against block size (log-2 axis): the shape of the paper's Figure 19.
+    ``log_y``: a log y axis, for costs that span orders of magnitude (a per-block copy cost at
+    block size 1 would otherwise flatten the medium sizes)."""
     fig = go.Figure()
     for k, (name, ys) in enumerate(series.items()):
         fig.add_trace(go.Scatter(x=list(block_sizes), y=list(ys), name=name, mode="lines+markers",
@@ -187,4 +205,6 @@ def swap_figure(block_sizes: Sequence[int], series: Mapping[str, Sequence[float]
                      title="block size (tokens)")
     fig.update_layout(title=dict(text=title, x=0.01, font=dict(size=14)), height=400, yaxis_title=yaxis,
                       legend=dict(orientation="h", y=-0.3), margin=dict(l=60, r=20, t=70, b=100))
+    if log_y:
+        fig.update_yaxes(type="log")
     return fig

@@ -147,7 +147,7 @@ def outputs_html(outputs, label=None) -> str:
         if label is not None:
             head += f" ({html.escape(label(o), quote=False)})"
         for t, reason in zip(o.text or [], o.finish_reason):
-            end = "" if reason is None else f" <i>[{html.escape(reason)}]</i>"
+            end = "" if reason is None else f" <span style='color:#666'>[{html.escape(reason)}]</span>"
             lines.append(f"{head}: {html.escape(repr(t), quote=False)}{end}")
         if o.error:
             lines.append(f"<span style='color:#c00'>{head}: {html.escape(o.error, quote=False)}</span>")

@@ -55,8 +55,12 @@ def test_refresh_redraws_in_place(run):
 def test_curve_figures():
     fig = latency_figure({"a": ([1, 2], [0.1, 0.2]), "b": ([1], [0.3])}, "t", threshold=0.1)
     assert [t.name for t in fig.data] == ["a", "b"]
+    assert fig.layout.yaxis.title.text == "normalized latency (s/token)" and fig.layout.annotations[0].text == "0.1 s/token"
+    fig = latency_figure({"a": ([1, 2], [1.0, 0.5])}, "t", threshold=0.9, yaxis="share", threshold_text="90% goal")
+    assert fig.layout.yaxis.title.text == "share" and fig.layout.annotations[0].text == "90% goal"
     fig = swap_figure([1, 4, 16], {"swap": [3, 2, 1]}, "t", "ms")
     assert fig.layout.xaxis.type == "log" and list(fig.data[0].x) == [1, 4, 16]
+    assert fig.layout.yaxis.type != "log" and swap_figure([1, 4], {"s": [850, 2]}, "t", "ms", log_y=True).layout.yaxis.type == "log"
 
 
 def test_panel_submit_step_preempt_and_refuse(small_model):
@@ -172,3 +176,30 @@ def test_show_live_in_the_static_book_names_where_the_replay_is(monkeypatch):
     with mock.patch.object(panel_mod, "display") as shown:
         assert panel_mod.show_live(lambda: "widget", "The engine panel") is True
     assert shown.call_args.args[0] == "widget"
+
+
+def test_cpu_pool_shows_every_holder_and_the_ref_count(small_model):
+    """A group's shared prompt blocks are swapped once and held by every sample: each record's CPU
+    holders agree with the CPU allocator's ref counts at that step, and the figure labels a shared
+    block with its ref count and both samples (it named only the last sample before)."""
+    e = LLMEngine(small_model, EngineConfig(block_size=4, num_gpu_blocks=10, num_cpu_blocks=10, watermark=0.0,
+                                            max_num_batched_tokens=8, preemption_mode="swap"), record=True)
+    e.add_request(list(range(5, 18)), SamplingParams(max_tokens=12), "A")
+    e.add_request(list(range(20, 28)), SamplingParams(max_tokens=14, n=2, temperature=0.8, seed=1), "B")
+    e.step()
+    e.step()
+    e.add_request([3, 4], SamplingParams(max_tokens=3), "C")
+    shared_seen = False
+    while e.has_unfinished_requests():
+        e.step()
+        rec, cpu = e.records[-1], e.scheduler.manager.cpu_allocator
+        assert [len(h) for h in rec.cpu_holders] == [cpu.ref_count(b) for b in range(cpu.num_blocks)]
+        assert all(name == (h[0][0] if h else None) for name, h in zip(rec.cpu, rec.cpu_holders))
+        if any(len(h) == 2 for h in rec.cpu_holders):
+            shared_seen = True
+            trace = next(t for t in serving_figure(e.records, replay=False).data if t.name == "cpu pool")
+            b = next(i for i, h in enumerate(rec.cpu_holders) if len(h) == 2)
+            assert trace.text[0][b] == f"<b>{b}</b> ×2<br>B, B.1"
+            assert "ref count 2" in trace.customdata[0][b] and "B (logical" in trace.customdata[0][b] \
+                and "B.1 (logical" in trace.customdata[0][b]
+    assert shared_seen
