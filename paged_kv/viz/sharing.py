@@ -111,6 +111,7 @@ def savings_figure(rows: Sequence[Mapping], title: str = "") -> go.Figure:
     top = max([100 * r["ours"] for r in rows] + [100 * (r["paper"] or 0) for r in rows])
     fig.update_yaxes(title_text="memory saved by sharing (%)", range=[0, top * 1.25], row=1, col=1)
     fig.update_layout(barmode="group", height=460, title=dict(text=title, x=0.01, font=dict(size=14)),
+                      uniformtext=dict(minsize=9, mode="show"),                  # readable bar labels
                       margin=dict(l=60, r=20, t=80, b=110),
                       legend=dict(orientation="h", x=0, y=-0.28, yanchor="top"))
     return fig
