@@ -18,7 +18,8 @@ recovers, over request traces shaped like the vLLM paper's.  Pure Python and num
   :class:`GroupContiguousPolicy`;
 * :mod:`~paged_kv.sim.rate_sweep`: latency against load: :func:`normalized_latency` (§6.1),
   :func:`sweep_rates` (every curve over request rates), :func:`latency_sweep` (Figure 14),
-  :func:`capacity`.
+  :func:`capacity` (where a curve crosses a line), :func:`sustained_rate` (the knee, from a run
+  with every request waiting) and :func:`finish_rate`.
 """
 
 from .buddy import PLACEMENTS, BuddyAllocator, HoleList, next_pow2
@@ -28,7 +29,7 @@ from .paged import PagedPolicy
 from .paper_setup import (A100_40GB, FIG2_SEGMENTS, PAPER_RESULTS, PAPER_SETUP, POLICIES, ServingSetup, comparison_rows,
                           fig2_rows, format_table, make_policy)
 from .result import STEP_FIELDS, Layout, SimResult
-from .rate_sweep import capacity, latency_sweep, normalized_latency, sweep_rates
+from .rate_sweep import capacity, finish_rate, latency_sweep, normalized_latency, sustained_rate, sweep_rates
 from .sharing import PAPER_SHARING, GroupContiguousPolicy, SharedPagedPolicy, Sharing, group_blocks, memory_saving
 from .simulator import IterationTime, simulate
 from .traces import (ALPACA_LIKE, LENGTH_MODELS, SHAREGPT_LIKE, LengthModel, Trace, length_model, load_trace,
@@ -39,7 +40,7 @@ __all__ = [
     "GroupContiguousPolicy", "HoleList", "IterationTime", "LENGTH_MODELS", "Layout", "LengthModel", "MemoryPolicy",
     "OrcaMax", "OrcaOracle", "OrcaPow2", "PAPER_RESULTS", "PAPER_SETUP", "PAPER_SHARING", "PLACEMENTS", "POLICIES",
     "PagedPolicy", "SHAREGPT_LIKE", "STEP_FIELDS", "ServingSetup", "SharedPagedPolicy", "Sharing", "SimResult",
-    "Trace", "capacity", "comparison_rows", "fig2_rows", "format_table", "group_blocks", "latency_sweep",
+    "Trace", "capacity", "comparison_rows", "fig2_rows", "finish_rate", "format_table", "group_blocks", "latency_sweep",
     "length_model", "load_trace", "make_policy", "memory_saving", "next_pow2", "normalized_latency",
-    "poisson_arrivals", "simulate", "sweep_rates", "synthetic_trace", "trace_from_rows",
+    "poisson_arrivals", "simulate", "sustained_rate", "sweep_rates", "synthetic_trace", "trace_from_rows",
 ]

@@ -16,8 +16,9 @@ How many physical blocks of ``BS`` slots the request holds (:func:`group_blocks`
 * **beam search**: beams *coalesce*: at any step all ``k`` beams descend from one beam a few
   tokens back, so they share every full block of their common prefix ``c = max(P, L - d)`` and own
   the rest: ``c // BS + k * (ceil(L / BS) - c // BS)``.  ``d``, the divergence depth, is a model
-  (the true beam tree is random) measured on a real beam search: about ``2 (k - 1)`` tokens for
-  the tiny model, as a coalescent predicts (chapter 6).
+  (the true beam tree is random, and its depth varies with the model and the request): chapter 6
+  measures it on the tiny model's beam search and borrows it for OPT-13B, an assumption it tests
+  by running other depths.
 
 Both sharing formulas are :func:`~paged_kv.blocks.group_blocks_held`, the block layer's one formula.
 
@@ -153,15 +154,24 @@ class SharedPagedPolicy(MemoryPolicy):
         self._merge = [set() for _ in range(self.block_size)]
 
     # --- the formulas, for one request ---------------------------------------------------------
+    # Plain-int forms of :func:`group_blocks` and :meth:`Sharing.common_prefix` (the simulator
+    # calls them a few times per step and request; through numpy scalars they took 80% of a run).
+    # ``tests/sim/test_sim_sharing.py`` checks them against :func:`group_blocks` over a grid.
+    def _common(self, p0: int, length: int) -> int:
+        return p0 if self.sharing.mode == "parallel" else max(p0, length - self.sharing.divergence)
+
     def _blocks(self, p0: int, length: int) -> int:
-        return int(group_blocks(p0, length, self.sharing, self.block_size))
+        w, bs = self.sharing.width, self.block_size
+        if self.sharing.mode == "none" or w == 1:
+            return w * -(-length // bs)
+        return group_blocks_held(self._common(p0, length), length, w, bs)
 
     def _stored(self, p0: int, length: int) -> int:
         """Slots holding a token: the shared full blocks' tokens once, the rest per sequence."""
         w, bs, mode = self.sharing.width, self.block_size, self.sharing.mode
         if mode == "none" or w == 1:
             return w * length
-        shared = int(self.sharing.common_prefix(p0, length)) // bs * bs
+        shared = self._common(p0, length) // bs * bs
         return shared + w * (length - shared)
 
     def _buckets(self, rid: int) -> tuple[int, int]:

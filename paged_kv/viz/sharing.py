@@ -23,9 +23,13 @@ from plotly.subplots import make_subplots
 from .blocks import block_cells, blocks_figure, refresh_blocks_figure
 from .palette import COLORS
 
-__all__ = ["latency_figure", "refresh_sharing_figure", "savings_figure", "sharing_figure", "sharing_overlay"]
+__all__ = ["SYSTEM_COLORS", "latency_figure", "refresh_sharing_figure", "savings_figure", "sharing_figure",
+           "sharing_overlay"]
 
 FRAME_COLOR = "#222222"
+# One colour per serving system in every panel (the order chapter 7's latency figure draws them).
+SYSTEM_COLORS = {"paged (vLLM)": COLORS[0], "Orca (Oracle)": COLORS[1], "Orca (Max)": COLORS[2],
+                 "Orca (Pow2)": COLORS[3]}
 COPY_COLOR = "#D62728"
 
 
@@ -106,35 +110,56 @@ def savings_figure(rows: Sequence[Mapping], title: str = "") -> go.Figure:
                              textposition="outside"), row=1, col=c)
     top = max([100 * r["ours"] for r in rows] + [100 * (r["paper"] or 0) for r in rows])
     fig.update_yaxes(title_text="memory saved by sharing (%)", range=[0, top * 1.25], row=1, col=1)
-    fig.update_layout(barmode="group", height=420, title=title, margin=dict(l=60, r=20, t=90, b=60),
-                      legend=dict(orientation="h", y=1.12, x=0, yanchor="bottom"))
+    fig.update_layout(barmode="group", height=460, title=dict(text=title, x=0.01, font=dict(size=14)),
+                      uniformtext=dict(minsize=9, mode="show"),                  # readable bar labels
+                      margin=dict(l=60, r=20, t=80, b=110),
+                      legend=dict(orientation="h", x=0, y=-0.28, yanchor="top"))
     return fig
 
 
 def latency_figure(curves: Mapping[str, Mapping[str, tuple[Sequence[float], Sequence[float]]]],
-                   title: str = "", cap: float | None = None) -> go.Figure:
+                   title: str = "", cap: float | None = None,
+                   marks: Mapping[str, Mapping[str, float]] | None = None, cols: int | None = None) -> go.Figure:
     """Normalized latency (s per output token) against request rate, one panel per workload.
 
-    ``curves[panel][policy] = (rates, latencies)``; ``cap`` clips the y axis (a latency that grows
-    without bound past the knee)."""
+    ``curves[panel][system] = (rates, latencies)``, with the same system names in every panel
+    (:func:`~paged_kv.sim.latency_sweep`'s): a system has one colour in every panel
+    (:data:`SYSTEM_COLORS`, then the palette in order of first appearance) and one entry in a
+    legend below the panels.  ``marks[panel][system]``: a rate (req/s) drawn as a dotted vertical
+    line in the system's colour (e.g. :func:`~paged_kv.sim.sustained_rate`).  ``cap`` clips the y
+    axis (a latency that grows without bound past the knee); ``cols`` panels per row (default up
+    to 3), filled row by row.
+    """
     panels = list(curves)
-    cols = min(3, len(panels))
+    cols = min(3, len(panels)) if cols is None else cols
     nrows = -(-len(panels) // cols)
-    fig = make_subplots(rows=nrows, cols=cols, subplot_titles=panels, horizontal_spacing=0.07,
-                        vertical_spacing=0.16)
-    policies = list(dict.fromkeys(p for panel in curves.values() for p in panel))
+    fig = make_subplots(rows=nrows, cols=cols, subplot_titles=panels, horizontal_spacing=0.1,
+                        vertical_spacing=0.12 if nrows > 1 else 0.0)
+    fig.update_annotations(font_size=13)                       # the panel titles
+    systems = list(dict.fromkeys(s for panel in curves.values() for s in panel))
+    spare = iter(c for c in COLORS if c not in SYSTEM_COLORS.values())
+    color = {s: SYSTEM_COLORS.get(s) or next(spare) for s in systems}
+    shown = set()
     for i, panel in enumerate(panels):
         r, c = divmod(i, cols)
-        for j, policy in enumerate(policies):
-            if policy not in curves[panel]:
-                continue
-            rates, lat = curves[panel][policy]
-            fig.add_trace(go.Scatter(x=list(rates), y=list(lat), mode="lines+markers", name=policy,
-                                     legendgroup=policy, showlegend=i == 0, marker=dict(size=5),
-                                     line=dict(color=COLORS[j % len(COLORS)])), row=r + 1, col=c + 1)
-        fig.update_xaxes(title_text="request rate (req/s)", row=r + 1, col=c + 1)
+        for system, (rates, lat) in curves[panel].items():
+            fig.add_trace(go.Scatter(x=list(rates), y=list(lat), mode="lines+markers", name=system,
+                                     legendgroup=system, showlegend=system not in shown, marker=dict(size=5),
+                                     line=dict(color=color[system]),
+                                     hovertemplate=f"{system}<br>%{{x:.3g}} req/s: %{{y:.3f}} s/token<extra></extra>"),
+                          row=r + 1, col=c + 1)
+            shown.add(system)
+        for system, rate in (marks or {}).get(panel, {}).items():
+            fig.add_vline(x=rate, line=dict(color=color.get(system, "#777"), dash="dot", width=2), row=r + 1, col=c + 1)
         fig.update_yaxes(range=[0, cap] if cap else None, row=r + 1, col=c + 1)
-    fig.update_yaxes(title_text="normalized latency (s/token)", col=1)
-    fig.update_layout(height=330 * nrows + 90, title=title, margin=dict(l=60, r=20, t=90, b=50),
-                      legend=dict(orientation="h", y=1.06, x=0, yanchor="bottom"))
+        if r == nrows - 1 or i + cols >= len(panels):
+            fig.update_xaxes(title_text="request rate (req/s)", row=r + 1, col=c + 1)
+    if marks:
+        fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines", name="rate it sustains (dotted)",
+                                 line=dict(color="#777", dash="dot", width=2), hoverinfo="skip"))
+    for r in range(nrows):
+        fig.update_yaxes(title_text="s/token", row=r + 1, col=1)
+    fig.update_layout(height=260 * nrows + 150, title=dict(text=title, x=0.01, font=dict(size=14)),
+                      margin=dict(l=60, r=20, t=80, b=110),
+                      legend=dict(orientation="h", x=0, y=-0.07 * 3 / max(nrows, 1), yanchor="top"))
     return fig

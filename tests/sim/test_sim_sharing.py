@@ -50,6 +50,16 @@ def test_memory_saving_by_hand():
     assert memory_saving(trace, Sharing("none", 2), 4) == 0.0
 
 
+@pytest.mark.parametrize("sharing", [Sharing("parallel", 3), Sharing("beam", 4, 5), Sharing("beam", 6, 0),
+                                     Sharing("none", 2), Sharing("parallel", 1)])
+def test_the_policys_int_formulas_equal_group_blocks(sharing):
+    pol = SharedPagedPolicy(10_000, 256, 4, sharing, watermark=0.0)
+    P = np.repeat(np.arange(1, 21), 30)
+    L = P + np.tile(np.arange(30), 20)
+    expect = group_blocks(P, L, sharing, 4).tolist()
+    assert [pol._blocks(p, n) for p, n in zip(P.tolist(), L.tolist())] == expect
+
+
 @pytest.mark.parametrize("sharing", [Sharing("parallel", 3), Sharing("beam", 4, 5), Sharing("none", 2)])
 def test_simulated_groups_hold_what_the_formulas_say(sharing):
     trace = trace_from_rows([(0, 10, 12), (1, 18, 7), (3, 5, 9), (3, 30, 4)])

@@ -4,7 +4,7 @@ import pytest
 
 from paged_kv.blocks import paper_beam_trace, paper_sampling_trace
 from paged_kv.viz.blocks import block_cells
-from paged_kv.viz.sharing import latency_figure, savings_figure, sharing_figure, sharing_overlay
+from paged_kv.viz.sharing import SYSTEM_COLORS, latency_figure, savings_figure, sharing_figure, sharing_overlay
 
 
 def test_overlay_frames_shared_blocks_by_ref_count():
@@ -47,6 +47,26 @@ def test_savings_and_latency_figures_draw_what_they_are_given():
     assert list(fig.data[0].y) == pytest.approx([7.0, 10.0]) and list(fig.data[1].y)[1] is None
     lat = latency_figure({"n=2": {"paged": ([1, 2], [0.1, 0.2]), "Orca": ([1, 2], [0.1, 0.9])}}, cap=0.5)
     assert [t.name for t in lat.data] == ["paged", "Orca"] and lat.layout.yaxis.range == (0, 0.5)
+    assert lat.layout.legend.y < 0                                  # below the plot, not over the title
+
+
+def test_latency_figure_gives_a_system_one_colour_and_one_legend_entry_in_every_panel():
+    curve = ([1, 2], [0.1, 0.2])
+    curves = {"n = 2": {"paged (vLLM)": curve, "Orca (Oracle)": curve, "Orca (Pow2)": curve},
+              "n = 4": {"Orca (Pow2)": curve, "paged (vLLM)": curve},          # another order, one missing
+              "n = 6": {"Orca (Oracle)": curve, "new system": curve}}
+    fig = latency_figure(curves, marks={"n = 4": {"paged (vLLM)": 1.5}}, cols=2)
+    lines = [t for t in fig.data if t.x != (None,)]
+    colour = {}
+    for t in lines:
+        assert colour.setdefault(t.name, t.line.color) == t.line.color, t.name
+    assert colour["paged (vLLM)"] == SYSTEM_COLORS["paged (vLLM)"]
+    assert colour["Orca (Oracle)"] == SYSTEM_COLORS["Orca (Oracle)"]
+    assert len(set(colour.values())) == len(colour)                 # four systems, four colours
+    shown = [t.name for t in fig.data if t.showlegend is not False]
+    assert sorted(shown) == sorted([*colour, "rate it sustains (dotted)"])   # once each
+    (mark,) = fig.layout.shapes                 # the dotted line in panel 2 (x2), in paged's colour
+    assert (mark.x0, mark.line.color, mark.line.dash, mark.xref) == (1.5, SYSTEM_COLORS["paged (vLLM)"], "dot", "x2")
 
 
 @pytest.mark.parametrize("use_figure_widget", [None, False])
