@@ -46,12 +46,15 @@ __all__ = ["MODES", "PAPER_SHARING", "GroupContiguousPolicy", "SharedPagedPolicy
 MODES = ("none", "parallel", "beam")
 
 # What the vLLM paper prints about sharing (§6.3, OPT-13B on one A100-40GB).  Cited facts, not
-# results of this package.  Fig. 15 draws one bar per width; the text gives only the range of each
-# row, whose ends are the smallest and the largest width (the saving grows with the width).
+# results of this package.  "saving": the text's range for each row (Alpaca and ShareGPT), whose
+# ends are the smallest and the largest width.  "fig15": Fig. 15 (Alpaca only) prints the value of
+# each bar, widths 2, 4 and 6; its ends round to the text's range.
 PAPER_SHARING = {
     "citation": "Kwon et al., SOSP 2023, §6.3 and Figs. 14-15",
     "saving": {("Alpaca-like", "parallel"): (0.061, 0.098), ("Alpaca-like", "beam"): (0.376, 0.552),
                ("ShareGPT-like", "parallel"): (0.162, 0.305), ("ShareGPT-like", "beam"): (0.443, 0.663)},
+    "fig15": {("Alpaca-like", "parallel"): (0.0609, 0.0853, 0.0979),
+              ("Alpaca-like", "beam"): (0.3756, 0.5313, 0.5516)},
     "widths": (2, 4, 6),
     # Fig. 14, Alpaca: vLLM's gain over Orca (Oracle) in sustainable request rate.
     "gain_over_oracle": {"basic sampling": 1.3, "beam search, k = 6": 2.3},
