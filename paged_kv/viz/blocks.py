@@ -24,6 +24,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from .controls import add_replay_controls, frame_steps, trace_indices
+from .labels import visible_token
 from .palette import COLORS, FREE_COLOR, discrete_scale, tint
 
 # Subplot titles of blocks_figure: two short lines each, anchored at the left edge of their own
@@ -87,6 +88,7 @@ def block_traces(snap, order: Sequence, max_logical: int | None = None) -> list:
     ``order``: all sequence ids to give colours to (see :func:`seq_order`); the table has a row
     for each of them that exists in ``snap``, in that order.
     ``max_logical``: table columns (default: the longest table in ``snap``).
+    Token labels are drawn through :func:`~paged_kv.viz.labels.visible_token` (a space is ``␣``).
     """
     bs, nb = snap.block_size, snap.num_blocks
     rows, cols, width, label = _grid(nb, bs)
@@ -117,7 +119,7 @@ def block_traces(snap, order: Sequence, max_logical: int | None = None) -> list:
                                 f"<br>tokens {rng} of {blk.owner}, {blk.filled}/{bs} filled"
                                 f"<br>ref count {blk.ref_count}<br>{tok}")
             if o < len(blk.labels):
-                text[r][x0 + o] = blk.labels[o]
+                text[r][x0 + o] = visible_token(blk.labels[o])
     scale, ncat = _colorscale(len(order))
     common = dict(colorscale=scale, zmin=-0.5, zmax=ncat - 0.5, showscale=False, xgap=2, ygap=4,
                   hoverongaps=False, texttemplate="%{text}", textfont=dict(size=11))
