@@ -3,6 +3,9 @@
 * plotly.js is copied from the installed ``plotly`` package into ``_static/`` and loaded once per
   page; figures are emitted without their own copy (see ``paged_kv.viz.setup_plotly``).
 * repeated ``<script>`` entries are dropped (see :func:`_dedupe_scripts`).
+* ``html_static_path`` (``_assets/``: the book's CSS, MathJax) is found from the repository root
+  also when one page is built alone (``jupyter-book build book/07_serving.md``), whose source
+  folder is ``book/``: there it was missing, the page had no CSS and ``-W`` failed on the warning.
 * MathJax 3 is used from ``_assets/mathjax/`` (served as ``_static/mathjax/``) when ``make book`` could unpack it there (it takes
   it from the npm registry); otherwise Sphinx's default CDN address stays, and the build says so.
 """
@@ -13,11 +16,15 @@ import shutil
 from sphinx.util import logging
 
 LOG = logging.getLogger(__name__)
+ROOT = Path(__file__).resolve().parents[2]              # the repository (this file: book/_ext/)
 MATHJAX = Path("_assets") / "mathjax" / "tex-chtml.js"  # html_static_path: lands in _static/
 
 
 def _config_inited(app, config):
-    if (Path(app.srcdir) / MATHJAX).is_file():
+    base = Path(app.confdir or app.srcdir)
+    config.html_static_path = [p if Path(p).is_absolute() or (base / p).exists() or not (ROOT / p).exists()
+                               else str(ROOT / p) for p in config.html_static_path]
+    if (ROOT / MATHJAX).is_file():
         config.mathjax_path = "mathjax/tex-chtml.js"
     else:
         LOG.info("offline_assets: no %s; MathJax will load from its CDN", MATHJAX)

@@ -144,14 +144,20 @@ class BlockHistory:
         record: ``False`` passes every event straight to the manager and records nothing (the
             methods then return ``None``): code that sometimes wants a history and sometimes
             speed (a long decode) drives the manager through one object either way.
+        noun: what the captions call a sequence: ``"request"`` (one sequence per request),
+            ``"sample"`` (parallel sampling, the paper's Figure 8) or ``"beam"`` (beam search,
+            Figure 9), so a figure of forked samples does not title one of them "request 2".
 
     Errors come from the manager (``OutOfBlocksError``, ``BlockError``); a failed event records
-    nothing.
+    nothing.  A ``noun`` that is not a non-empty ``str`` raises ``BlockError`` naming it.
     """
 
-    def __init__(self, manager: BlockSpaceManager, record: bool = True) -> None:
+    def __init__(self, manager: BlockSpaceManager, record: bool = True, noun: str = "request") -> None:
+        if not isinstance(noun, str) or not noun.strip() or ":" in noun:
+            raise BlockError(f"noun (what captions call a sequence) must be a non-empty str without ':', got {noun!r}")
         self.manager = manager
         self.record = bool(record)
+        self.noun = noun
         self.labels: dict[Hashable, list[str]] = {}
         self.snapshots: list[Snapshot] = [snapshot(manager)] if self.record else []
 
@@ -179,7 +185,7 @@ class BlockHistory:
         self.labels[seq_id] = toks
         slots = tuple(self.manager.slot_mapping(seq_id))
         return self._record(Event("allocate", seq_id, tuple(table.block_ids), (), slots, (),
-                                  f"request {seq_id}: prompt of {len(toks)} tokens → blocks {list(table.block_ids)}"))
+                                  f"{self.noun} {seq_id}: prompt of {len(toks)} tokens → blocks {list(table.block_ids)}"))
 
     def append(self, seq_id, token="") -> Snapshot:
         """A decode token for ``seq_id`` (``token``: its label).
@@ -199,7 +205,7 @@ class BlockHistory:
         what = f"new block {new[0]}" if new and not copies else (
             f"copy-on-write {copies[0][0]} → {copies[0][1]}" if copies else "no new block")
         return self._record(Event("append", seq_id, new, (), (slot,), copies,
-                                  f"request {seq_id}: token {token!r} → logical {logical}, offset {offset}, "
+                                  f"{self.noun} {seq_id}: token {token!r} → logical {logical}, offset {offset}, "
                                   f"slot {slot} ({what})"))
 
     def fork(self, parent_id, child_id) -> Snapshot:
@@ -208,7 +214,7 @@ class BlockHistory:
         if not self.record:
             return None
         self.labels[child_id] = list(self.labels.get(parent_id, []))
-        return self._record(Event("fork", child_id, text=f"request {child_id}: forked from request {parent_id}, sharing "
+        return self._record(Event("fork", child_id, text=f"{self.noun} {child_id}: forked from {self.noun} {parent_id}, sharing "
                                   f"blocks {self.manager.block_table(child_id).block_ids}"))
 
     def free(self, seq_id) -> Snapshot:
@@ -219,7 +225,7 @@ class BlockHistory:
             return None
         self.labels.pop(seq_id, None)
         return self._record(Event("free", seq_id, (), freed, (), (),
-                                  f"request {seq_id}: finished, blocks {list(freed)} back on the free list"))
+                                  f"{self.noun} {seq_id}: finished, blocks {list(freed)} back on the free list"))
 
     def preempt(self, seq_id, reason: str = "") -> Snapshot:
         """``seq_id`` is preempted by recompute (vLLM paper §4.5): all its blocks are freed at once
@@ -231,7 +237,7 @@ class BlockHistory:
         self.labels.pop(seq_id, None)
         why = f" ({reason})" if reason else ""
         return self._record(Event("preempt", seq_id, (), freed, (), (),
-                                  f"request {seq_id}: preempted{why}, blocks {list(freed)} back on the "
+                                  f"{self.noun} {seq_id}: preempted{why}, blocks {list(freed)} back on the "
                                   f"free list; it will be recomputed"))
 
 
@@ -262,7 +268,7 @@ def paper_sampling_trace() -> BlockHistory:
     so block 1 is copied to block 3 (A1's table becomes 7, 3; block 1's ref count drops 2 -> 1).
     A2 writes "mothers" into block 1 in place: it is the last holder.
     """
-    h = BlockHistory(BlockSpaceManager(9, 4, free_order=PAPER_FREE_ORDER))
+    h = BlockHistory(BlockSpaceManager(9, 4, free_order=PAPER_FREE_ORDER), noun="sample")
     h.allocate("A1", "Four score and seven years ago our".split())
     h.fork("A1", "A2")
     h.append("A1", "fathers")
@@ -282,7 +288,7 @@ def paper_beam_trace() -> BlockHistory:
     the four new tokens then take new blocks 9-12 (every last block was full).  Tokens are
     labelled by position.
     """
-    h = BlockHistory(BlockSpaceManager(13, 4))
+    h = BlockHistory(BlockSpaceManager(13, 4), noun="beam")
 
     def grow(seq, n):
         for _ in range(n):

@@ -114,7 +114,7 @@ def beam_search(model: TinyLlama, prompt, beam_width: int, max_new_tokens: int, 
     bs = count("block_size", block_size, 1)
     if num_blocks is None:
         num_blocks = k * blocks_needed(stored_tokens(len(prompt), max_new_tokens), bs)
-    history = BlockHistory(BlockSpaceManager(num_blocks, bs), record=record)
+    history = BlockHistory(BlockSpaceManager(num_blocks, bs), record=record, noun="beam")
     manager = history.manager
     label = label or str
     cache = PagedKVCache(model.cfg, manager.num_blocks, bs, dtype=model.dtype, device=model.device)

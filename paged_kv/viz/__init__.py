@@ -1,7 +1,8 @@
 """Plotly figures for the book (one submodule per chapter topic), and the one place that picks
 plotly's renderer.
 
-Submodules: :mod:`~paged_kv.viz.palette` (colours), :mod:`~paged_kv.viz.controls` (sliders and
+Submodules: :mod:`~paged_kv.viz.palette` (colours), :mod:`~paged_kv.viz.labels` (a token's text in a
+figure: whitespace made visible), :mod:`~paged_kv.viz.controls` (sliders and
 dropdowns that find what they change by name), :mod:`~paged_kv.viz.text` (computed prose, tables,
 package source); by chapter: ``attention``, ``cost`` (1-2); ``memory``, ``calculator`` (3);
 ``fragmentation`` (4); ``blocks``, ``logical_view``, ``kernel_walk``, ``gpu_results`` (5);

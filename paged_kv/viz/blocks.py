@@ -4,7 +4,10 @@ Left panel: the pool, one row of ``BS`` slots per physical block (as the vLLM pa
 6-7 draw it).  Colour = the sequence holding the block; a slot holding a token is drawn in the
 full colour, an allocated but still empty slot in a pale tint of it (it takes the sequence's
 next tokens; once the sequence has finished it is internal fragmentation), a free block in grey.  Each block is labelled ``id ×ref count``; hovering a slot tells
-block id, slot, owner, logical index and the block's token range.  Right panel: the block table
+block id, slot, owner, logical index and the block's token range.  A slot shows its token's text
+through :func:`~paged_kv.viz.labels.visible_token` (a space ``␣``, a newline ``⏎``); words are
+sized to fit their slots, and the block labels sit in the left margin, so a phone-wide figure
+keeps every word whole (:func:`slot_text_size`, :func:`label_margin`).  Right panel: the block table
 of each sequence that exists in the snapshot shown (a finished one's row goes away), logical block
 -> physical id.
 
@@ -18,12 +21,14 @@ vs table size) from measured numbers.
 from __future__ import annotations
 
 import math
+import textwrap
 from typing import Sequence
 
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from .controls import add_replay_controls, frame_steps, trace_indices
+from .labels import visible_token
 from .palette import COLORS, FREE_COLOR, discrete_scale, tint
 
 # Subplot titles of blocks_figure: two short lines each, anchored at the left edge of their own
@@ -38,6 +43,14 @@ MAX_ROWS = 24   # blocks per column of the pool grid before it wraps into anothe
 
 
 EMPTY_TINT = 0.72  # share of white in the pale tint of an allocated, still empty slot
+
+LABEL_GAP = 0.55   # a block's label is anchored this many cells left of its first slot's centre
+
+TEXT_SIZE = 11     # px of a slot's text while every label is a character or two
+SHORT_LABEL = 2    # longer labels (words): plotly sizes the text to fit (see slot_text_size)
+
+TITLE_CHARS = 46   # a heading longer than this wraps: about what a 14-px line holds on a phone
+TITLE_LINE_PX = 18
 
 
 def seq_order(snapshots: Sequence) -> list:
@@ -67,6 +80,36 @@ def _grid(num_blocks: int, block_size: int) -> tuple[int, int, int, int]:
     return rows, math.ceil(num_blocks / rows), block_size + label + 1, label
 
 
+def label_margin(num_blocks: int) -> int:
+    """Pixels left of the pool for the first column's block labels (``"12 ×3"`` at 11 px).
+
+    The labels sit in the figure's margin, not in cells of the grid: a margin keeps its width in
+    pixels however narrow the figure is, so on a phone-wide page the slots get the rest of the
+    panel (cells of the grid would shrink with it, and the slots with them)."""
+    digits = len(str(max(num_blocks - 1, 0)))
+    return 10 + 7 * (digits + 3)
+
+
+def slot_text_size(snapshots: Sequence) -> int | None:
+    """The font size of the slots' text for a figure of ``snapshots``: :data:`TEXT_SIZE` while no
+    label is longer than :data:`SHORT_LABEL` characters (one fits any cell), else ``None``, which
+    leaves the size to plotly: it fits the longest label into the narrowest cell (at most the
+    layout's 12 px), so a word is smaller on a phone but never cut off (at a fixed 11 px a word
+    was wider than its slot at 400 px and lost its ends).  One size for all of a figure's frames."""
+    longest = max([len(x) for snap in snapshots for blk in snap.blocks for x in blk.labels] + [0])
+    return TEXT_SIZE if longest <= SHORT_LABEL else None
+
+
+def _heading(title: str) -> tuple[str, int]:
+    """``title`` wrapped to lines of :data:`TITLE_CHARS` (plotly does not wrap a title; a long
+    one ran off the right edge of a phone-wide figure), as the first lines of the figure's title,
+    and how many lines past the first it takes."""
+    if not title:
+        return "", 0
+    lines = textwrap.wrap(title, TITLE_CHARS) or [title]
+    return "<br>".join(lines) + "<br>", len(lines) - 1
+
+
 def block_cells(block_id: int, num_blocks: int, block_size: int) -> tuple[float, float, int]:
     """Where :func:`block_traces` draws physical block ``block_id`` in the pool panel: its first
     and last slot's x (cell centres) and its row y.  Overlays (:mod:`paged_kv.viz.sharing`) use it
@@ -81,12 +124,15 @@ def _token_range(logical: int, filled: int, block_size: int) -> str:
     return f"{start}" if filled == 1 else f"{start}-{start + filled - 1}"
 
 
-def block_traces(snap, order: Sequence, max_logical: int | None = None) -> list:
+def block_traces(snap, order: Sequence, max_logical: int | None = None,
+                 text_size: int | None = TEXT_SIZE) -> list:
     """The three traces of one snapshot: pool heatmap, block labels, block-table heatmap.
 
     ``order``: all sequence ids to give colours to (see :func:`seq_order`); the table has a row
     for each of them that exists in ``snap``, in that order.
     ``max_logical``: table columns (default: the longest table in ``snap``).
+    ``text_size``: px of the slots' text, ``None`` to let plotly fit it (:func:`slot_text_size`).
+    Token labels are drawn through :func:`~paged_kv.viz.labels.visible_token` (a space is ``␣``).
     """
     bs, nb = snap.block_size, snap.num_blocks
     rows, cols, width, label = _grid(nb, bs)
@@ -98,7 +144,7 @@ def block_traces(snap, order: Sequence, max_logical: int | None = None) -> list:
     for blk in snap.blocks:
         r, c = blk.block_id % rows, blk.block_id // rows
         x0 = c * width + label
-        lx.append(x0 - 0.55)
+        lx.append(x0 - LABEL_GAP)
         ly.append(r)
         ltext.append(f"<b>{blk.block_id}</b> ×{blk.ref_count}" if blk.ref_count else f"{blk.block_id}")
         for o in range(bs):
@@ -117,10 +163,10 @@ def block_traces(snap, order: Sequence, max_logical: int | None = None) -> list:
                                 f"<br>tokens {rng} of {blk.owner}, {blk.filled}/{bs} filled"
                                 f"<br>ref count {blk.ref_count}<br>{tok}")
             if o < len(blk.labels):
-                text[r][x0 + o] = blk.labels[o]
+                text[r][x0 + o] = visible_token(blk.labels[o])
     scale, ncat = _colorscale(len(order))
     common = dict(colorscale=scale, zmin=-0.5, zmax=ncat - 0.5, showscale=False, xgap=2, ygap=4,
-                  hoverongaps=False, texttemplate="%{text}", textfont=dict(size=11))
+                  hoverongaps=False, texttemplate="%{text}", textfont=dict(size=text_size))
     pool = go.Heatmap(z=z, text=text, customdata=hover, hovertemplate="%{customdata}<extra></extra>",
                       name="pool", **common)
     labels = go.Scatter(x=lx, y=ly, text=ltext, mode="text", textposition="middle left", name="block labels",
@@ -163,11 +209,14 @@ def _frame_layout(fig, snapshots: Sequence, shown, title: str) -> tuple[list, in
     order = seq_order(snapshots)
     max_logical = max([len(t) for s in snapshots for t in s.tables.values()] + [1])
     most = max([len(s.tables) for s in snapshots] + [1])   # table rows ever shown at once
-    rows, cols, width, _ = _grid(shown.num_blocks, shown.block_size)
-    head = f"{title}<br>" if title else ""
+    rows, cols, width, label = _grid(shown.num_blocks, shown.block_size)
+    head, extra = _heading(title)
     fig.update_layout(title=dict(text=head + _caption(shown), x=0.01, font=dict(size=14), yref="container",
-                                 y=1, yanchor="top", pad=dict(t=12)))
-    fig.update_xaxes(row=1, col=1, visible=False, range=[-0.5, cols * width - 1.5])
+                                 y=1, yanchor="top", pad=dict(t=12)),
+                      margin=dict(l=label_margin(shown.num_blocks), r=20, t=140 + TITLE_LINE_PX * extra, b=60))
+    # the range starts just left of the first column's labels' anchors (plotly hides a text whose
+    # anchor is outside the range); the labels' text runs on into the margin
+    fig.update_xaxes(row=1, col=1, visible=False, range=[label - LABEL_GAP - 0.03, cols * width - 1.5])
     fig.update_yaxes(row=1, col=1, visible=False, autorange="reversed")
     # a tick per logical block while they fit a phone-wide panel, else every 5th
     fig.update_xaxes(row=1, col=2, title_text="logical block", dtick=1 if max_logical <= 10 else 5,
@@ -201,15 +250,17 @@ def blocks_figure(snapshots: Sequence, title: str = "", active: int | None = Non
     for note, axis in zip(fig.layout.annotations, ("x", "x2")):   # left-align over each panel
         note.update(x=fig.layout["xaxis" if axis == "x" else "xaxis2"].domain[0], xanchor="left",
                     align="left", font=dict(size=12))
+    # the pool's title starts over its block labels, in the margin
+    fig.layout.annotations[0].xshift = -label_margin(shown.num_blocks) + 10
     order, max_logical = _frame_layout(fig, snapshots, shown, title)
-    for i, trace in enumerate(block_traces(shown, order, max_logical)):
+    size = slot_text_size(snapshots)
+    for i, trace in enumerate(block_traces(shown, order, max_logical, size)):
         fig.add_trace(trace, row=1, col=1 if i < 2 else 2)
-    fig.update_layout(height=height or max(360, 28 * rows + 210), margin=dict(l=20, r=20, t=140, b=60),
-                      plot_bgcolor="white", showlegend=False)
+    fig.update_layout(height=height or max(360, 28 * rows + 210), plot_bgcolor="white", showlegend=False)
     if replay and len(snapshots) > 1:
-        head = f"{title}<br>" if title else ""
+        head = _heading(title)[0]
         traces = trace_indices(fig, TRACE_NAMES)   # the order block_traces returns them in
-        fig.frames = [go.Frame(name=str(s.step), data=block_traces(s, order, max_logical), traces=traces,
+        fig.frames = [go.Frame(name=str(s.step), data=block_traces(s, order, max_logical, size), traces=traces,
                                layout=go.Layout(title_text=head + _caption(s))) for s in snapshots]
         steps = frame_steps([str(s.step) for s in snapshots])
         add_replay_controls(fig, steps, active, currentvalue=dict(prefix="step ", xanchor="right"),
@@ -223,7 +274,7 @@ def refresh_blocks_figure(fig, snapshots: Sequence, title: str = "") -> None:
     snapshots = list(snapshots)
     with fig.batch_update():
         order, max_logical = _frame_layout(fig, snapshots, snapshots[-1], title)
-        new = block_traces(snapshots[-1], order, max_logical)
+        new = block_traces(snapshots[-1], order, max_logical, slot_text_size(snapshots))
         for i, trace in zip(trace_indices(fig, TRACE_NAMES), new):
             fig.data[i].update(trace.to_plotly_json())
 

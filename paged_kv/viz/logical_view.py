@@ -19,6 +19,7 @@ import plotly.graph_objects as go
 from ..errors import ConfigError
 from .blocks import EMPTY_TINT, seq_order
 from .controls import add_replay_controls, frame_steps
+from .labels import visible_token
 from .palette import COLORS, FREE_COLOR, tint
 
 __all__ = ["logical_view_figure", "logical_view_parts"]
@@ -54,7 +55,7 @@ def logical_view_parts(snap, order: Sequence) -> dict:
         for logical, physical, filled in snap.tables[s]:
             words = snap.blocks[physical].labels if snap.blocks[physical].owner == s else ()
             for o in range(bs):
-                text = words[o] if o < len(words) else ""
+                text = visible_token(words[o]) if o < len(words) else ""
                 cells.append((col["logical"] + o, y, colour if o < filled else tint(colour, EMPTY_TINT), text))
             labels.append((col["logical"] - 0.5, y, f"{logical}", "middle left"))
             cells.append((col["physical"], y, "white", str(physical)))
@@ -68,7 +69,8 @@ def logical_view_parts(snap, order: Sequence) -> dict:
         for o in range(bs):
             full = owner is not None and o < blk.filled
             fill = colour if full or owner is None else tint(colour, EMPTY_TINT)
-            cells.append((col["pool"] + o, float(blk.block_id), fill, blk.labels[o] if o < len(blk.labels) else ""))
+            cells.append((col["pool"] + o, float(blk.block_id), fill,
+                          visible_token(blk.labels[o]) if o < len(blk.labels) else ""))
         labels.append((col["pool"] + bs - 0.45, float(blk.block_id), f"block {blk.block_id}", "middle right"))
     return {"cells": cells, "arrows": arrows, "labels": labels, "rows": max(y, snap.num_blocks)}
 

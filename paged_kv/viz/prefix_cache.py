@@ -23,6 +23,7 @@ from plotly.subplots import make_subplots
 from ..errors import ConfigError
 from ..validate import count
 from .controls import add_replay_controls, frame_steps, trace_indices
+from .labels import visible_token
 from .palette import COLORS, FREE_COLOR, discrete_scale, tint
 
 __all__ = ["CACHED_FREE_COLOR", "SHARED_EDGE_COLOR", "hit_rate_figure", "pool_states", "prefix_pool_figure", "radix_tree",
@@ -206,7 +207,7 @@ def radix_vs_blocks_figure(prompts: Sequence[str], block_size: int, title: str =
             fig.add_shape(type="rect", x0=j * block_size, x1=(j + 1) * block_size - 0.15, y0=i - 0.4, y1=i + 0.4,
                           fillcolor=color, line=dict(color="#333", width=1, dash="solid" if full else "dot"),
                           row=1, col=1)
-            fig.add_annotation(x=j * block_size + len(chunk) / 2, y=i, text=chunk.replace(" ", "·"), showarrow=False,
+            fig.add_annotation(x=j * block_size + len(chunk) / 2, y=i, text=visible_token(chunk), showarrow=False,
                                font=dict(size=10, family="monospace"), row=1, col=1)
     edges = radix_tree(prompts)
     leaves = [e for e in range(len(edges)) if not any(x[3] == e for x in edges)]
@@ -228,7 +229,7 @@ def radix_vs_blocks_figure(prompts: Sequence[str], block_size: int, title: str =
         fig.add_shape(type="rect", x0=start, x1=start + len(label) - 0.15, y0=y - 0.35, y1=y + 0.35,
                       fillcolor=SHARED_EDGE_COLOR if only is None else tint(COLORS[only % len(COLORS)], 0.55),
                       line=dict(color="#333", width=1), row=2, col=1)
-        fig.add_annotation(x=start + len(label) / 2, y=y, text=label.replace(" ", "·"), showarrow=False,
+        fig.add_annotation(x=start + len(label) / 2, y=y, text=visible_token(label), showarrow=False,
                            font=dict(size=10, family="monospace"), row=2, col=1)
         if parent >= 0:
             fig.add_shape(type="line", x0=start - 0.15, x1=start, y0=ypos[parent], y1=y,

@@ -89,3 +89,23 @@ def test_preempt_frees_all_blocks_last_first_and_says_so():
     assert snap.event.kind == "preempt" and snap.event.freed_blocks == (2, 1, 0)   # appended in this order
     assert tuple(h.manager.allocator.free_list()) == (3, 4, 5, 2, 1, 0)
     assert snap.event.text.startswith("request 0: preempted (pool full)") and 0 not in snap.tables
+
+
+def test_captions_name_a_sequence_by_its_noun():
+    """A forked sample is not a "request": the paper's Figure 8 captions say "sample A2", Figure 9
+    "beam 5"; a plain history still says "request" (one sequence per request)."""
+    from paged_kv.blocks import paper_beam_trace, paper_sampling_trace
+
+    fig8 = [e.text for e in paper_sampling_trace().events if e.text]
+    assert fig8 and all(t.startswith("sample A") for t in fig8), fig8
+    assert "sample A2: forked from sample A1" in fig8[1]
+    assert all(e.text.startswith("beam ") for e in paper_beam_trace().events if e.text)
+    h = BlockHistory(BlockSpaceManager(4, 2))
+    h.allocate("x", 3)
+    assert h.events[-1].text.startswith("request x: prompt of 3 tokens")
+
+
+@pytest.mark.parametrize("bad", ["", "  ", None, 3, "a: b"])
+def test_a_bad_noun_is_refused_by_name(bad):
+    with pytest.raises(BlockError, match="noun"):
+        BlockHistory(BlockSpaceManager(4, 2), noun=bad)

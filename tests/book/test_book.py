@@ -39,6 +39,16 @@ def test_chapters_have_plotly_figures_served_locally(built_book):
         assert "cdn.plot.ly" not in html
 
 
+def test_every_page_has_the_book_css_and_a_theme_mode(built_book):
+    """_assets/paged_kv.css (code wraps, tables fit: see tests/book/test_layout.py) reaches every
+    page, and the theme's mode script has a default (empty, it logged a console error)."""
+    assert (built_book / "_static" / "paged_kv.css").is_file()
+    for src in toc_files():
+        html = _page(built_book, src)
+        assert re.search(r'<link[^>]+href="[^"]*_static/paged_kv\.css', html), f"{src}: no paged_kv.css"
+        assert 'localStorage.getItem("mode") || ""' not in html, f"{src}: theme mode without a default"
+
+
 def test_no_script_comes_from_another_host(built_book):
     for src in toc_files():
         srcs = re.findall(r'<script[^>]+src="([^"]+)"', _page(built_book, src))

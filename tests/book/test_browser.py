@@ -50,11 +50,13 @@ def browser():
         b.close()
 
 
-def open_page(browser, url):
-    """A page that blocks other hosts and records JavaScript errors and blocked requests."""
-    page = browser.new_page(viewport={"width": 1280, "height": 900})
-    page.errors, page.blocked = [], []
+def open_page(browser, url, width=1280):
+    """A page that blocks other hosts and records JavaScript errors, console errors and blocked
+    requests."""
+    page = browser.new_page(viewport={"width": width, "height": 900})
+    page.errors, page.blocked, page.console_errors = [], [], []
     page.on("pageerror", lambda e: page.errors.append(str(e)))
+    page.on("console", lambda m: page.console_errors.append(m.text) if m.type == "error" else None)
 
     def route(r):
         host = urlparse(r.request.url).hostname
@@ -78,6 +80,8 @@ def test_chapter_figures_render_offline(server, browser, src):
     page.locator(".plotly-graph-div").first.scroll_into_view_if_needed()
     page.screenshot(path=str(ARTIFACTS / f"{Path(src).name}.png"))
     assert page.errors == [], f"JavaScript errors on {src}: {page.errors}"
+    # e.g. pydata-sphinx-theme's "Got invalid theme mode" (see html_context in _config.yml)
+    assert page.console_errors == [], f"console errors on {src}: {page.console_errors}"
     assert n >= 1 and drawn == n, f"{src}: {drawn} of {n} figures drawn"
     page.close()
 
@@ -107,3 +111,50 @@ def test_sliders_change_the_figure(server, browser):
         assert page.errors == [], f"JavaScript errors on {src}: {page.errors}"
         page.close()
     assert checked >= 1, "no figure with a slider was found"
+
+
+# What overflows the text column, measured in the page (see _assets/paged_kv.css): code blocks that
+# scroll sideways, tables with inline code (of at most `maxCols` columns) wider than their box, and
+# slot text of the block-pool figures wider than its slot.
+LAYOUT = """(maxCols) => {
+  const art = document.querySelector('article.bd-article');
+  const pre = Array.from(art.querySelectorAll('pre')).filter(p => p.offsetParent !== null)
+    .filter(p => p.scrollWidth > p.clientWidth + 1)
+    .map(p => `${p.scrollWidth} > ${p.clientWidth} px: ${p.innerText.split('\\n')[0].slice(0, 60)}`);
+  const tables = Array.from(art.querySelectorAll('table'))
+    .filter(t => t.querySelector('td code') && t.rows[0].cells.length <= maxCols)
+    .filter(t => t.parentElement.scrollWidth > t.parentElement.clientWidth + 1)
+    .map(t => `${t.parentElement.scrollWidth} > ${t.parentElement.clientWidth} px: ${t.innerText.slice(0, 60)}`);
+  const slots = [];
+  for (const gd of art.querySelectorAll('.plotly-graph-div')) {
+    // the figures of paged_kv.viz.blocks (and sharing, serving): a pool heatmap with block labels
+    const i = (gd.data || []).findIndex(t => t.name === 'pool' && t.type === 'heatmap');
+    if (i < 0 || !gd.data.some(t => t.name === 'block labels') || !gd._fullLayout) continue;
+    const sub = gd.data[i].xaxis || 'x', xa = gd._fullLayout[sub === 'x' ? 'xaxis' : 'xaxis' + sub.slice(1)];
+    const cell = Math.abs(xa.l2p(1) - xa.l2p(0)) - (gd.data[i].xgap || 0);
+    const layer = gd.querySelector(`.subplot.${sub}${gd.data[i].yaxis || 'y'} .heatmaplayer .hm`);
+    for (const t of layer ? layer.querySelectorAll('text') : []) {
+      const w = t.getBBox().width;
+      if (t.textContent && w > cell + 1) slots.push(`${t.textContent}: ${w.toFixed(0)} > ${cell.toFixed(0)} px`);
+    }
+  }
+  return {pre, tables, slots};
+}"""
+
+
+@pytest.mark.parametrize("width", [1280, 400])
+def test_nothing_overflows_the_text_column(server, browser, width):
+    """At a laptop's and a phone's width: no code block scrolls sideways (the review counted 25-36
+    per page at 1280 px), no table with inline code is wider than its box (chapter 7's settings
+    table was cut at "; prefil"; on a phone, tables of up to 3 columns: a wider one may scroll in
+    its box), and every word in a block-pool slot fits the slot (Fig. 8 at 400 px showed "mother",
+    "ather", "sever")."""
+    bad = {}
+    for src in toc_files():
+        page = open_page(browser, f"{server}/{src}.html", width=width)
+        page.wait_for_timeout(300)
+        found = {k: v for k, v in page.evaluate(LAYOUT, 99 if width > 600 else 3).items() if v}
+        if found:
+            bad[src] = found
+        page.close()
+    assert bad == {}, f"at {width} px: {bad}"

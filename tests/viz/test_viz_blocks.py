@@ -165,3 +165,86 @@ def test_table_axis_ticks_thin_out_for_long_tables():
         h = BlockHistory(BlockSpaceManager(20, 2))
         h.allocate("s", ["x"] * (2 * n_blocks))
         assert blocks_figure(h.snapshots).layout.xaxis2.dtick == tick
+
+
+# ---- fitting a phone-wide page: the 400-px page's column holds a 368-px figure ---------------
+PHONE_PX = 368
+EM_PER_CHAR = 0.65        # plotly's own estimate of a character's width when it fits heatmap text
+LINE = 1.3                # and of a line's height (plotly's LINE_SPACING)
+
+
+def _pool_px(fig, width: int) -> tuple[float, float]:
+    """(width, height) in px of one cell of the pool heatmap when the figure is ``width`` px wide,
+    from the layout alone (margins, the pool axis' domain and range), as plotly places them."""
+    m, xa, ya = fig.layout.margin, fig.layout.xaxis, fig.layout.yaxis
+    plot_w, plot_h = width - m.l - m.r, fig.layout.height - m.t - m.b
+    pool = next(t for t in fig.data if t.name == "pool")
+    cell_w = plot_w * (xa.domain[1] - xa.domain[0]) / (xa.range[1] - xa.range[0])
+    return cell_w, plot_h * (ya.domain[1] - ya.domain[0]) / len(pool.z)
+
+
+def _slot_font(fig, width: int) -> float:
+    """The px of the slots' text at ``width``: the fixed size, or the size plotly picks when none is
+    set (the longest label fitted into one cell, at most 12 px), computed as plotly does."""
+    pool = next(t for t in fig.data if t.name == "pool")
+    longest = max(len(t) for row in pool.text for t in row)
+    cell_w, cell_h = _pool_px(fig, width)
+    if pool.textfont.size is not None:
+        return pool.textfont.size
+    return min((cell_w - pool.xgap) / longest / (EM_PER_CHAR), (cell_h - pool.ygap) / LINE, 12)
+
+
+def _sampling_figures():
+    from paged_kv.blocks import paper_beam_trace, paper_sampling_trace
+
+    chars = BlockHistory(BlockSpaceManager(num_blocks=12, block_size=4))
+    chars.allocate(0, list("ROMEO:\nShall I"))
+    return {"Figure 8 (words)": (paper_sampling_trace(), 430), "Figure 9 (numbers)": (paper_beam_trace(), 560),
+            "characters": (chars, 480), "Figures 6-7": (paper_trace(), 470)}
+
+
+@pytest.mark.parametrize("name", list(_sampling_figures()))
+def test_every_slot_label_fits_its_slot_on_a_phone(name):
+    """At 400 px the words of Fig. 8 were wider than their slots and lost their ends ("mother",
+    "ather", "sever"): the longest label must fit one slot at a size still readable (>= 8 px), and
+    at 1280 px (a 688-px figure) stay as large as before (>= 10 px)."""
+    history, height = _sampling_figures()[name]
+    fig = blocks_figure(history.snapshots, title="a title", height=height)
+    pool = next(t for t in fig.data if t.name == "pool")
+    longest = max(len(t) for row in pool.text for t in row)
+    for width, smallest in ((PHONE_PX, 8), (688, 10)):
+        size = _slot_font(fig, width)
+        cell_w = _pool_px(fig, width)[0]
+        assert size >= smallest, f"{name} at {width} px: slot text {size:.1f} px"
+        assert longest * size * EM_PER_CHAR <= cell_w - pool.xgap + 0.5, \
+            f"{name} at {width} px: a {longest}-character label of {size} px is wider than its {cell_w:.0f}-px slot"
+
+
+def test_block_labels_sit_in_the_margin_inside_the_range():
+    """The first column's "id ×ref count" labels are drawn in the left margin (fixed px, so the slots
+    get the panel's width); their anchors must stay inside the axis range, or plotly hides them."""
+    from paged_kv.viz.blocks import label_margin
+
+    for nb in (9, 24, 60):
+        h = BlockHistory(BlockSpaceManager(num_blocks=nb, block_size=4))
+        h.allocate("s", 5)
+        fig = blocks_figure(h.snapshots)
+        labels = next(t for t in fig.data if t.name == "block labels")
+        lo, hi = fig.layout.xaxis.range
+        assert all(lo < x < hi for x in labels.x), (nb, lo, min(labels.x))
+        first_slot = min(block_cells(b, nb, 4)[0] for b in range(nb))
+        assert first_slot - lo < 0.6                      # no empty label cells left of the first slot
+        assert fig.layout.margin.l == label_margin(nb) >= 10 + 7 * (len(str(nb - 1)) + 3)
+
+
+def test_a_long_title_wraps_and_the_top_margin_grows_with_it():
+    from paged_kv.viz.blocks import TITLE_CHARS
+
+    snaps = paper_trace().snapshots
+    long = "The vLLM paper's Figure 8, replayed by our block manager"
+    short, wrapped = blocks_figure(snaps, title="Figures 6-7"), blocks_figure(snaps, title=long)
+    lines = wrapped.layout.title.text.split("<br>")
+    assert lines[0] + " " + lines[1] == long and all(len(x) <= TITLE_CHARS for x in lines[:2])
+    assert wrapped.layout.margin.t > short.layout.margin.t
+    for frame in wrapped.frames:                         # the replayed steps keep the wrapped heading
+        assert frame.layout.title.text.startswith("<br>".join(lines[:2]) + "<br>")
