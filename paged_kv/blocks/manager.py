@@ -16,15 +16,19 @@ copy); the first append into a *shared, partly filled* last block copies that bl
 one, and the ``(src, dst)`` copy is queued for the cache (:meth:`BlockSpaceManager.take_copies`).
 
 Automatic prefix caching (chapter 8; vLLM v1): with ``enable_prefix_caching`` a full block is
-registered in a :class:`~paged_kv.blocks.prefix_cache.PrefixCache` once its tokens are computed
-(:meth:`BlockSpaceManager.cache_full_blocks`), a new prompt starts from the blocks it hits
+registered in a :class:`~paged_kv.blocks.prefix_cache.PrefixCache` by
+:meth:`BlockSpaceManager.cache_full_blocks`, a new prompt starts from the blocks it hits
 (:meth:`BlockSpaceManager.cache_hit`, then ``allocate(..., cached=hits)``), and a freed block
 stays cached with ref count 0 until the pool hands it out again (LRU).  Three rules:
 
 1. the last sampled token, whose K/V is not yet written, is never part of a cached block (only
-   *computed* tokens are registered, and a hit stops before a prompt's last token, so at least
-   one token always runs through the model);
-2. a block's hash is registered when the block fills, during a prefill or a decode;
+   tokens computed by the end of the step are registered, and a hit stops before a prompt's last
+   token, so at least one token always runs through the model);
+2. a block's hash is registered when the step that fills it is scheduled, during a prefill or a
+   decode (vLLM v1's ``allocate_slots`` -> ``cache_blocks``), so a request admitted later in the
+   same step can hit it; the step writes a block's K/V before any chunk of it reads them (the
+   runner's order), and if the part that was to write it fails, its entry is dropped
+   (:meth:`BlockSpaceManager.discard_cached`) before anyone can hit it in a later step;
 3. a freed block with a hash stays cached (ref count 0, on the free list) until the pool needs
    it, after every free block without one; its entry is removed before it is reused.
 
@@ -200,9 +204,10 @@ class BlockSpaceManager:
                           hashes: list | None = None) -> list[int]:
         """Register ``seq_id``'s full blocks whose tokens are all computed (rule 2: as soon as a block
         fills, prompt or decode); returns the block ids newly registered.  ``token_ids``: the
-        sequence's tokens; ``num_computed``: how many have their K/V written (the last sampled token
-        never has, rule 1).  A block already cached (a hit, or shared) is skipped.  Each new entry
-        stores the block's own ``BS`` tokens and, as its parent, the entry of the block before it.
+        sequence's tokens; ``num_computed``: how many have their K/V written, or will have once the
+        step being scheduled has run (the scheduler registers then, as vLLM v1 does; the last sampled
+        token never has, rule 1).  A block already cached (a hit, or shared) is skipped.  Each new
+        entry stores the block's own ``BS`` tokens and, as its parent, the entry of the block before it.
 
         Raises:
             BlockError: unknown sequence, or ``num_computed`` past the tokens the table holds.
@@ -232,6 +237,30 @@ class BlockSpaceManager:
             parent = entry
         self._cached_upto[seq_id] = full
         return added
+
+    def discard_cached(self, seq_id, block_ids) -> None:
+        """Drop the cache entries of ``block_ids``, blocks of ``seq_id`` registered for a step whose
+        part that was to write their K/V failed or did not run (rule 2): nobody may hit them in a
+        later step.  Not evictions; ``seq_id`` counts as registered up to the first of them.  Every
+        sequence holding one of them must be freed (or recomputed) by the caller: its table would
+        hold blocks whose K/V were never written.  vLLM has the same hazard (its PR #43569 proposes
+        rolling back eager registrations of a request freed before its step committed).
+
+        Raises:
+            BlockError: an unknown sequence, or a block it does not hold or that caches nothing.
+        """
+        table = self._table(seq_id)
+        block_ids = list(block_ids)
+        if self.cache is None or not block_ids:
+            return
+        where = [table.block_ids.index(b) if b in table.block_ids else -1 for b in block_ids]
+        bad = [b for b, i in zip(block_ids, where) if i < 0 or b not in self.cache]
+        if bad:
+            raise BlockError(f"blocks {bad} are not cached blocks of sequence {seq_id!r}: nothing to discard")
+        for b in block_ids:
+            self.cache.discard(b)
+        seq_id = check_seq_id(seq_id)
+        self._cached_upto[seq_id] = min(self._cached_upto.get(seq_id, 0), min(where))
 
     # --- decode tokens ------------------------------------------------------------------------
     def blocks_to_append(self, seq_id) -> int:

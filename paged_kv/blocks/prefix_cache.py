@@ -19,9 +19,13 @@ max_tokens): requests that differ only there share blocks.
 ``[parent hex, token ids, extra key]``): stable across processes and Python versions, unlike the
 built-in ``hash()``, which is salted per process for str and bytes (``PYTHONHASHSEED``) and only 64
 bits wide; a predictable built-in hash lets crafted prompts collide on purpose (vLLM advisory
-GHSA-rm76-4mrf-v9r8).  vLLM v1 defaults to SHA-256 too (``prefix_caching_hash_algo``: ``sha256``,
-``sha256_cbor``, or the faster, non-cryptographic ``xxhash``/``xxhash_cbor``), and seeds the chain
-with a value, ``NONE_HASH``; we use ``None``.
+GHSA-rm76-4mrf-v9r8).  vLLM v1 defaults to SHA-256 too (``prefix_caching_hash_algo``), over one of
+two encodings of the same ``(parent, token ids, extra keys)`` tuple (``vllm/utils/hashing.py``): its
+default ``sha256`` hashes a *pickle* (Python's own serialization, reproducible only by Python), and
+``sha256_cbor`` hashes canonical CBOR ("a reproducible, cross-language compatible hash"); the faster,
+non-cryptographic ``xxhash``/``xxhash_cbor`` use XXH3-128.  Ours is of the ``sha256_cbor`` kind, a
+canonical encoding any language can reproduce, but not byte-compatible with it (JSON, not CBOR), and
+vLLM seeds the chain with a value, ``NONE_HASH``, where we use ``None``.
 
 **The token check, in O(BS) per block.**  A hash is an index, not a proof: two different prefixes
 can, in principle, hash alike.  So a hit is accepted only when the cache can show, from stored
@@ -278,6 +282,22 @@ class PrefixCache:
             del self._by_hash[e.block_hash]
         self.evictions.append(block_id)
         return True
+
+    def discard(self, block_id: int) -> None:
+        """Remove ``block_id``'s entry because its K/V were never written: it was registered when a
+        step was scheduled (as vLLM v1 registers, in ``allocate_slots``) and that step's part that
+        was to write it failed or did not run.  Not an eviction (:attr:`evictions` is unchanged): the
+        block held nothing worth keeping.  The caller discards the entries registered after it in
+        the same sequence too, whose prefix it vouched for.
+
+        Raises:
+            BlockError: ``block_id`` caches nothing.
+        """
+        if block_id not in self._entry:
+            raise BlockError(f"block {block_id} caches nothing: there is no entry to discard")
+        evictions = len(self.evictions)
+        self.evict(block_id)
+        del self.evictions[evictions:]
 
     def check(self) -> None:
         """Verify the cache's own invariants; raise ``BlockError`` naming the first breach.

@@ -10,11 +10,18 @@ real text) and a 13B model on a modelled GPU (the paper's Figure 12).
 
 1. **swap out**, then **swap in** (the scheduler's block pairs; :func:`kernels.cache_ops.swap_blocks`),
    then the copy-on-write **copies**;
-2. **forward**: the step's prefill chunks as one batch (each attends to its cached context through
-   the block table and causally to itself, :func:`kernels.paged_prefill.paged_prefill_attention`),
-   its decode tokens as another (:func:`kernels.paged_attention.paged_decode_attention`).  Real
-   engines fuse the two into one pass (vLLM v1 runs one attention kernel over the mixed batch);
-   two passes keep each kernel the one its chapter taught, and give the same tokens;
+2. **forward**: the step's decode tokens as one batch
+   (:func:`kernels.paged_attention.paged_decode_attention`), then its prefill chunks as another
+   (each attends to its cached context through the block table and causally to itself,
+   :func:`kernels.paged_prefill.paged_prefill_attention`).  Real engines fuse the two into one
+   pass (vLLM v1 runs one attention kernel over the mixed batch); two passes keep each kernel the
+   one its chapter taught, and give the same tokens.  The order matters with prefix caching: a
+   block is registered when its step is scheduled, so a request admitted in the same step may hit
+   a block that this step's decode token or prefill chunk completes.  Decode tokens go first; such
+   a reader's chunk goes with the prefill chunks even when it is one token
+   (:func:`is_decode`); and within a pass each layer stores all its K/V before it attends.  So every
+   K/V a chunk reads is written first (a decode token of the first pass reads only what earlier
+   steps wrote);
 3. **sample** from each sampling chunk's last logits with its request's parameters and its
    sequence's own generator (seed + sample index), so a request's tokens do not depend on who
    else is in the batch.
@@ -52,7 +59,9 @@ class ModelRunnerOutput:
             for the timing model).
         failed: request id -> the error (type and message) that its part of the step raised; such
             a request has nothing in ``sampled_token_ids``, and the scheduler ends it with
-            ``"error"`` while the rest of the step counts.
+            ``"error"`` while the rest of the step counts.  The readers of the blocks it was to
+            write (:meth:`~paged_kv.scheduling.SchedulerOutput.readers_of`) are not run: they are in
+            neither field, and the scheduler puts them back in the waiting queue.
     """
 
     sampled_token_ids: dict[int, list[int]]
@@ -61,9 +70,12 @@ class ModelRunnerOutput:
     failed: dict = field(default_factory=dict)
 
 
-def is_decode(chunk: Chunk) -> bool:
-    """Whether a chunk goes the decode kernel's way: one token, after a context, that samples."""
-    return chunk.query_len == 1 and chunk.start > 0 and chunk.sample
+def is_decode(chunk: Chunk, readers=frozenset()) -> bool:
+    """Whether a chunk goes the decode kernel's way, in the step's first pass: one token, after a
+    context, that samples, of a request not in ``readers`` (the step's ``same_step_hits``: its
+    context holds blocks this step writes, maybe by a prefill chunk, so it runs in the second pass,
+    with the prefill chunks)."""
+    return chunk.query_len == 1 and chunk.start > 0 and chunk.sample and chunk.request_id not in readers
 
 
 class ModelRunner:
@@ -109,18 +121,23 @@ class ModelRunner:
         result = ModelRunnerOutput({}, 0.0)
         saved = {k: g.get_state() for k, g in self._gens.items()}
         try:
-            self._forward_and_sample(out.chunks, result)
+            self._forward_and_sample(out.chunks, result, set(out.same_step_hits))
         except Exception:
             # Find whose part failed: put the generators back as they were before the step (so a
-            # retry draws from the same states), then run each request's chunks alone.  Rewriting a slot writes
-            # the same K/V; a failed request's slots are freed with it.
+            # retry draws from the same states), then run each request's chunks alone, in step
+            # order (a block's writer before its readers).  Rewriting a slot writes the same K/V; a
+            # failed request's slots are freed with it.  A request whose prefix-cache hit reads
+            # blocks that a failed part was to write is not run at all: the scheduler puts it back.
             result = ModelRunnerOutput({}, 0.0)
             self._restore(saved)
             for rid in dict.fromkeys(c.request_id for c in out.chunks):
+                if rid in out.readers_of(result.failed):
+                    continue
                 part = ModelRunnerOutput({}, 0.0)
                 before = {k: g.get_state() for k, g in self._gens.items()}
                 try:
-                    self._forward_and_sample([c for c in out.chunks if c.request_id == rid], part)
+                    self._forward_and_sample([c for c in out.chunks if c.request_id == rid], part,
+                                             set(out.same_step_hits))
                 except Exception as e:
                     self._restore(before)
                     result.failed[rid] = f"{type(e).__name__}: {e}"
@@ -132,11 +149,12 @@ class ModelRunner:
         result.seconds = time.perf_counter() - t0
         return result
 
-    def _forward_and_sample(self, chunks: list[Chunk], result: ModelRunnerOutput) -> None:
-        """The forward pass (prefill chunks, then decode tokens) and the sampling of ``chunks``."""
+    def _forward_and_sample(self, chunks: list[Chunk], result: ModelRunnerOutput, readers=frozenset()) -> None:
+        """The forward passes (decode tokens, then prefill chunks; ``readers``: the requests whose
+        hits read blocks the step writes, see :func:`is_decode`) and the sampling of ``chunks``."""
         vocab = self.model.cfg.vocab_size
-        for phase in ("prefill", "decode"):
-            part = [c for c in chunks if is_decode(c) == (phase == "decode")]
+        for phase in ("decode", "prefill"):     # decode first: a prefill may read what a decode writes
+            part = [c for c in chunks if is_decode(c, readers) == (phase == "decode")]
             if not part:
                 continue
             rows = [BatchRow([(t + c.adapter_shift) % vocab for t in c.token_ids], c.start, c.slot_mapping,

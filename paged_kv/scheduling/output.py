@@ -83,7 +83,13 @@ class SchedulerOutput:
     the runner drops their state), ``preempted`` (request ids, with ``recomputed`` and ``swapped`` split), ``admitted``
     (started or resumed), ``prefill_tokens`` and ``decode_tokens`` (the token budget used),
     ``cache_hits`` (per request admitted now, the prompt tokens its prefix-cache hit saved) and
-    ``hit_blocks`` (the blocks those hits handed out).
+    ``hit_blocks`` (the blocks those hits handed out), ``same_step_hits`` (per request admitted now
+    whose hit includes blocks that *this* step writes, registered when an earlier chunk of the step
+    was scheduled: the requests whose chunks write them, in step order).
+
+    The runner must write those blocks before the reader's chunk reads them (it runs the decode
+    tokens first, then the prefill chunks, and each layer stores a pass's K/V before it attends),
+    and must not run a reader whose writer's part failed (:meth:`readers_of`).
     """
 
     chunks: list[Chunk] = field(default_factory=list)
@@ -100,6 +106,22 @@ class SchedulerOutput:
     decode_tokens: int = 0
     cache_hits: dict = field(default_factory=dict)
     hit_blocks: list = field(default_factory=list)
+    same_step_hits: dict = field(default_factory=dict)
+
+    def readers_of(self, failed) -> set:
+        """The requests whose prefix-cache hits read, directly or through another reader's blocks,
+        K/V that the requests in ``failed`` were to write in this step (``failed`` excluded): they
+        must not run, since what they would read was never written."""
+        failed, readers = set(failed), set()
+        grew = True
+        while grew:
+            grew = False
+            for reader, writers in self.same_step_hits.items():
+                if reader not in readers and reader not in failed and any(w in failed or w in readers
+                                                                          for w in writers):
+                    readers.add(reader)
+                    grew = True
+        return readers
 
     @property
     def num_tokens(self) -> int:

@@ -20,8 +20,18 @@ order, and fills one step's **token budget** (``max_num_batched_tokens``):
 It returns the step as data (:class:`~paged_kv.scheduling.output.SchedulerOutput`); the engine runs
 it and reports the sampled tokens back with :meth:`Scheduler.update`.  With prefix caching
 (``enable_prefix_caching``, vLLM v1) an admission starts a request from the longest run of its full
-blocks already cached, so only the rest is prefilled and charged to the budget; blocks are
-registered as they fill.  Pure Python.
+blocks already cached, so only the rest is prefilled and charged to the budget.
+
+A block is registered in the cache when the chunk that fills it is scheduled, as vLLM v1's
+``KVCacheManager.allocate_slots`` does (it calls ``cache_blocks`` for the tokens the step will have
+computed), so a request admitted later in the *same* step can hit it: two requests that share a
+system prompt and arrive together compute it once.  That is safe because the runner writes every
+K/V of a step before any chunk of the step reads them (the step's ``same_step_hits`` says who reads
+whose), and because nothing can end the writer between its scheduling and its run: a preemption
+victim is never a request already scheduled in the step, and ``finish_request``/``preempt`` refuse
+while a step is in flight.  If the writer's part of the step fails, :meth:`Scheduler.update` drops
+the entries registered for it, and each reader (:meth:`SchedulerOutput.readers_of`), which the
+runner did not run, goes back to the waiting queue as if it had not been admitted.  Pure Python.
 """
 
 from __future__ import annotations
@@ -85,6 +95,11 @@ class Scheduler:
         self._carry = SchedulerOutput()        # what a preempt() between steps leaves for the next
         self._step = 0                         # steps scheduled so far
         self._in_flight: SchedulerOutput | None = None   # scheduled, its result not yet recorded
+        # the step being scheduled (reset by schedule()): blocks registered for it, by request, as
+        # (seq id, block ids); which request writes each; and each admission's hit counts
+        self._registered_now: dict[Hashable, list[tuple[int, list[int]]]] = {}
+        self._writer_now: dict[int, Hashable] = {}
+        self._admitted_now: dict[Hashable, tuple[bool, int, int]] = {}
 
     # --- submitting ---------------------------------------------------------------------------
     def add(self, request_id: Hashable, prompt: list[int], n: int | None = None, max_tokens: int | None = None,
@@ -148,6 +163,7 @@ class Scheduler:
             raise PagedKVError(f"step {self._in_flight.step} is still in flight: record its result with "
                                f"update() before scheduling the next")
         self._step += 1
+        self._registered_now, self._writer_now, self._admitted_now = {}, {}, {}
         out, self._carry = self._carry, SchedulerOutput()
         out.step = self._step
         ranked = self._ranked_waiting()
@@ -163,6 +179,10 @@ class Scheduler:
             while self._blocks_for(plan) > self.manager.num_free_blocks:
                 victim = self.choose_victim(queue) if queue else req
                 if victim is not req:
+                    if not any(victim is r for r in queue):    # a scheduled request's blocks may be hit
+                        raise PagedKVError(f"choose_victim returned {getattr(victim, 'request_id', victim)!r:.40}, "
+                                           f"not one of the candidates (the running requests not yet "
+                                           f"scheduled in this step)")
                     queue.remove(victim)
                 self._preempt(victim, out)
                 if victim is req:
@@ -216,8 +236,12 @@ class Scheduler:
         tokens sampled from each chunk with ``sample`` (``num_samples`` of them, one per sample, for
         a fresh leader).  ``failed``: request id -> the error that stopped its part of the step (a
         runner's :attr:`~paged_kv.engine.runner.ModelRunnerOutput.failed`): those requests record
-        nothing of the step (their K/V is not trusted, nor cached) and end with ``"error"``.
-        Finished sequences give their blocks back.  Returns the requests that finished.
+        nothing of the step (their K/V is not trusted: the blocks registered for them in this step
+        leave the cache) and end with ``"error"``.  The readers of their blocks
+        (:meth:`SchedulerOutput.readers_of`), which the runner did not run, record nothing either:
+        they go back to the waiting queue as if not admitted (their hit is not counted) and are
+        looked up again.  Finished sequences give their blocks back.  Returns the requests that
+        finished.
 
         Raises:
             PagedKVError: ``out`` is not the step in flight (a stale, repeated or foreign step); a
@@ -232,18 +256,16 @@ class Scheduler:
         unknown = set(failed) - {c.request_id for c in out.chunks} - set(out.swapped) - set(out.admitted)
         if unknown:
             raise PagedKVError(f"failed names requests that are not in step {out.step}: {sorted(map(repr, unknown))}")
-        out.check_sampled(sampled, skip=set(failed))
+        unread = out.readers_of(failed)                    # nothing they would read was written
+        out.check_sampled(sampled, skip=set(failed) | unread)
         self._in_flight = None
         touched: dict = {}
         for c in out.chunks:
-            if c.request_id in failed:
+            if c.request_id in failed or c.request_id in unread:
                 continue
             req = self.requests[c.request_id]
             seq = _find(req, c.seq_id)
-            seq.num_computed = c.seq_len
-            if self.config.enable_prefix_caching:          # register blocks as they fill
-                self.manager.cache_full_blocks(seq.seq_id, seq.tokens, seq.num_computed, req.extra_key,
-                                               self._hashes.setdefault(seq.seq_id, []))
+            seq.num_computed = c.seq_len                   # its blocks were registered at schedule()
             touched[req.request_id] = req
             if c.sample:
                 toks = sampled[c.seq_id]
@@ -262,9 +284,32 @@ class Scheduler:
                         self._fork(req, seq, child)
                 req.forked = True
         done = [self._end(req) for req in touched.values() if self._free_finished(req)]
+        for rid in [*failed, *unread]:                     # their K/V was never written: out of the cache
+            for seq_id, blocks in self._registered_now.get(rid, ()):
+                if seq_id in self.manager:
+                    self.manager.discard_cached(seq_id, blocks)
         for rid, error in failed.items():
             done.append(self.finish_request(rid, "error", error, _in_step=True))
+        for req in sorted((self.requests[r] for r in unread), key=_arrival, reverse=True):
+            self._unadmit(req)
         return done
+
+    def _unadmit(self, req: Request) -> None:
+        """Put ``req``, admitted in the step just recorded, back as if it had not been: its blocks are
+        freed, its hit uncounted, and it waits in arrival order (its K/V was never computed, and its
+        generators never drew, so it will produce what it would have)."""
+        preempted, queries, hits = self._admitted_now.pop(req.request_id)
+        if preempted:
+            self.preempted_prefix_queries -= queries
+            self.preempted_prefix_hits -= hits
+        else:
+            self.prefix_queries -= queries
+            self.prefix_hits -= hits
+        req.cache_hits.pop()
+        recompute(self.manager, req)
+        req.status = WAITING
+        self.running.remove(req)
+        requeue_preempted(self.waiting, req, _arrival)
 
     def finish_request(self, request_id, reason: str = "abort", error: str | None = None, *,
                        _in_step: bool = False) -> Request:
@@ -470,9 +515,13 @@ class Scheduler:
             else:
                 self.prefix_queries += tokens
                 self.prefix_hits += saved
+            self._admitted_now[req.request_id] = (bool(req.preemptions), tokens, saved)
             req.cache_hits.append(saved)
             out.cache_hits[req.request_id] = saved
             out.hit_blocks.extend(hit)
+            writers = [self._writer_now[b] for b in hit if b in self._writer_now]
+            if writers:                        # blocks this step writes: registered at schedule time
+                out.same_step_hits[req.request_id] = tuple(dict.fromkeys(writers))
         req.status = RUNNING
 
     def _blocks_for(self, plan: list[tuple[Sequence, int]]) -> int:
@@ -503,6 +552,12 @@ class Scheduler:
             out.chunks.append(Chunk(req.request_id, seq.seq_id, seq.index, start, tuple(seq.tokens[start:end]),
                                     slots, m.block_ids(seq.seq_id), sample, num_samples, p,
                                     tuple(seq.output) if sample and penalty else (), req.adapter_shift))
+            if self.config.enable_prefix_caching:          # rule 2: registered when scheduled (vLLM v1)
+                added = m.cache_full_blocks(seq.seq_id, seq.tokens, end, req.extra_key,
+                                            self._hashes.setdefault(seq.seq_id, []))
+                if added:
+                    self._registered_now.setdefault(req.request_id, []).append((seq.seq_id, added))
+                    self._writer_now.update(dict.fromkeys(added, req.request_id))
             if k == 1 and sample and start >= seq.prompt_len:
                 out.decode_tokens += 1
             else:

@@ -90,6 +90,27 @@ MISTAKES = {
         ("the earliest arrival preempted", "latest = max(key(r) for r in running)",
          "latest = min(key(r) for r in running)", {"victim_tests", "victim_hidden"}),
     ],
+    "a7_prefix_caching": [
+        ("a block hashed by its own tokens alone",
+         "        parent = block_hash(parent, token_ids[i * block_size:(i + 1) * block_size])\n",
+         "        parent = block_hash(None, token_ids[i * block_size:(i + 1) * block_size])\n",
+         {"chain_hashes_tests", "chain_hashes_hidden"}),
+        ("a hash hit trusted without the token and parent check",
+         "            if stored == tokens and stored_parent == parent:   # the hash found it; the check proves it\n",
+         "            if True:\n", {"cached_prefix_tests", "cached_prefix_hidden"}),
+        ("the tokens checked but not the parent (a flat hash fools it)",
+         "            if stored == tokens and stored_parent == parent:   # the hash found it; the check proves it\n",
+         "            if stored == tokens:\n", {"cached_prefix_tests", "cached_prefix_hidden"}),
+        ("a whole cached prompt reused, last token included",
+         "    for i in range((len(token_ids) - 1) // block_size):\n", "    for i in range(len(token_ids) // block_size):\n",
+         {"cached_prefix_tests", "cached_prefix_hidden"}),
+        ("every freed block to the tail (an empty block waits behind cached ones)",
+         "            if block_id in self.cached:\n"
+         "                self.queue.append(block_id)         # cached-free: evicted least recently freed first\n"
+         "            else:\n"
+         "                self.queue.insert(0, block_id)      # empty: handed out before any cached block\n",
+         "            self.queue.append(block_id)\n", {"free_list_tests", "free_list_hidden"}),
+    ],
 }
 # Submissions delivered through an LMS export (Canvas names), collected by `nbgrader zip_collect`.
 LMS_FILES = {   # file name: (student id, what it holds)

@@ -37,9 +37,9 @@ def nbgrader_cells(nb):
     return [c for c in nb.cells if "nbgrader" in c.metadata]
 
 
-def test_there_are_six_assignments_in_order():
+def test_there_are_seven_assignments_in_order():
     assert NAMES == ["a1_decoding", "a2_kv_ledger", "a3_blocks", "a4_paged_kernel", "a5_copy_on_write",
-                     "a6_scheduling"]
+                     "a6_scheduling", "a7_prefix_caching"]
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -185,6 +185,58 @@ def test_the_package_passes_the_scheduling_tests(capsys):
                                      "admit": {"admit": package_admit},
                                      "victim": {"preemption_victim": scheduling.preemption_victim}})
     assert "victim_hidden" in ran
+    assert capsys.readouterr().out.count("hidden cases of") == 3
+
+
+def package_cached_prefix(cache, token_ids, block_size, hash_fn=None):
+    """Task 2 of a7_prefix_caching answered by the package's own ``PrefixCache``: the assignment's
+    cache (hash -> [(block id, tokens, parent block id)]) registered into one, parents first, then
+    its ``lookup`` (the token and parent check) capped before the last token."""
+    from paged_kv.blocks import PrefixCache
+
+    pc = PrefixCache(block_size, "sha256" if hash_fn is None else (lambda parent, tokens, key: hash_fn(parent, tokens)))
+    entries = sorted((block_id, h, tokens, parent) for h, group in cache.items() for block_id, tokens, parent in group)
+    for block_id, h, tokens, parent in entries:
+        pc.register(block_id, h, tokens, None, None if parent is None else pc.entry(parent))
+    return pc.lookup(token_ids, None, pc.hashes(token_ids), max_blocks=(len(token_ids) - 1) // block_size)
+
+
+class PackageFreeList:
+    """Task 3 of a7_prefix_caching answered by the package's own ``BlockAllocator``, with a set
+    standing for the prefix cache (``evict`` records what ``allocate`` destroys)."""
+
+    class Cache(set):
+        def __init__(self):
+            super().__init__()
+            self.evicted = []
+
+        def evict(self, block_id):
+            if block_id in self:
+                self.discard(block_id)
+                self.evicted.append(block_id)
+
+    def __init__(self, num_blocks):
+        from paged_kv.blocks import BlockAllocator
+        self.allocator = BlockAllocator(num_blocks)
+        self.allocator.cache = self.cached = self.Cache()
+        self.allocate, self.free, self.hit = self.allocator.allocate, self.allocator.free, self.allocator.touch
+        self.free_list, self.cache = self.allocator.free_list, self.cached.add
+
+    @property
+    def evicted(self):
+        return self.cached.evicted
+
+    @property
+    def refs(self):
+        return [self.allocator.ref_count(b) for b in range(self.allocator.num_blocks)]
+
+
+def test_the_package_passes_the_prefix_caching_tests(capsys):
+    from paged_kv import blocks
+    ran = run_with("a7_prefix_caching", {"chain_hashes": {"chain_hashes": blocks.block_hashes},
+                                         "cached_prefix": {"cached_prefix": package_cached_prefix},
+                                         "free_list": {"CachedFreeList": PackageFreeList}})
+    assert "free_list_hidden" in ran
     assert capsys.readouterr().out.count("hidden cases of") == 3
 
 

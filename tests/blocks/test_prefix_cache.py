@@ -404,3 +404,26 @@ for machine in (PrefixCachingMachine, CollidingPrefixCachingMachine):
     machine.TestCase.settings = settings(max_examples=150, stateful_step_count=40, deadline=None)
 test_prefix_caching_state_machine = PrefixCachingMachine.TestCase
 test_prefix_caching_state_machine_with_colliding_hashes = CollidingPrefixCachingMachine.TestCase
+
+
+def test_discarding_an_entry_never_written_is_not_an_eviction_and_names_bad_blocks():
+    """A step registered blocks 0 and 1 of ``a`` and the part that was to write them failed: their
+    entries go (the free list then takes them at the head, uncached), no eviction is recorded, and
+    nothing hits them; a block that caches nothing, or is not the sequence's, is refused by name."""
+    m = BlockSpaceManager(6, 2, enable_prefix_caching=True)
+    m.allocate("a", 5)
+    blocks = m.block_ids("a")
+    assert m.cache_full_blocks("a", [1, 2, 3, 4, 5], 4) == list(blocks[:2])
+    m.allocate("b", 1)
+    with pytest.raises(BlockError, match=rf"blocks \[{blocks[2]}\] are not cached blocks of sequence 'a'"):
+        m.discard_cached("a", [blocks[2]])                     # partial: caches nothing
+    with pytest.raises(BlockError, match=rf"\[{m.block_ids('b')[0]}\] are not cached blocks of sequence 'a'"):
+        m.discard_cached("a", m.block_ids("b"))
+    with pytest.raises(BlockError, match="caches nothing"):
+        m.cache.discard(blocks[2])
+    m.discard_cached("a", blocks[:2])
+    assert m.cache_hit([1, 2, 3, 4, 5]) == [] and m.cache.evictions == [] and len(m.cache) == 0
+    m.free("a")
+    assert set(m.allocator.free_list()[:3]) == set(blocks)    # uncached: at the head of the free list
+    assert m.allocator.cached_free() == []
+    m.check()

@@ -251,10 +251,12 @@ def test_shared_prefix_workload_and_serve_trace_with_prompts():
     assert w.trace.arrival_s[0] < w.trace.arrival_s[1:].min()      # warm: the first comes alone
     cfg = EngineConfig(block_size=4, num_gpu_blocks=256, watermark=0.0, enable_prefix_caching=True)
     r = serve_trace(w.trace, cfg, IterationTime(), prompts=w.prompts)
-    # request 0 computes its prefix alone; the others arrive after it and are admitted together in one
-    # step: those sharing request 0's prefix hit its 8 tokens, those with the other prefix all miss
-    want = 8 * (sum(tuple(p[:8]) == tuple(w.prompts[0][:8]) for p in w.prompts) - 1)
-    assert r.stats.prefix_hits == want
+    # request 0 computes its prefix alone; the others arrive after it and are admitted together: every
+    # request hits the 8 prefix tokens of any request before it with the same prefix, in an earlier step
+    # or in the same one (blocks are registered when scheduled, as in vLLM v1)
+    want = 8 * sum(any(q[:8] == p[:8] for q in w.prompts[:i]) for i, p in enumerate(w.prompts))
+    others = [p for p in w.prompts if p[:8] != w.prompts[0][:8]]
+    assert r.stats.prefix_hits == want and len(others) >= 2        # the other prefix is shared in one step
     with pytest.raises(ConfigError, match="prompts must be"):
         serve_trace(w.trace, cfg, IterationTime(), prompts=w.prompts[:-1])
 

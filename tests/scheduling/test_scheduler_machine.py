@@ -26,7 +26,7 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 
 import pytest
-from hypothesis import Phase, event, settings
+from hypothesis import Phase, event, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
@@ -91,6 +91,7 @@ class Expect:
     max_tokens: int
     extra_key: object
     outputs: list[list[int]] = field(default_factory=list)   # per sample index; [] until the first sample
+    errored: bool = False                                     # its part of a step failed: it ended early
 
     def tokens(self, index: int) -> list[int]:
         return self.prompt + (self.outputs[index] if self.outputs else [])
@@ -363,7 +364,7 @@ def check_tokens(sch: Scheduler, expect: dict) -> None:
         for s in req.seqs:
             if s.tokens != e.tokens(s.index) or s.prompt_len != len(e.prompt):
                 fail("tokens", f"{rid!r} sample {s.index} holds {s.tokens}, sampled {e.tokens(s.index)}")
-        if (req.status == "finished") != e.done:
+        if (req.status == "finished") != (e.done or e.errored):
             fail("tokens", f"{rid!r} is {req.status} with outputs of lengths {[len(o) for o in e.outputs]} "
                            f"(max_tokens {e.max_tokens}, n {e.n})")
 
@@ -429,7 +430,10 @@ class Driver:
         self.expect[rid] = Expect(list(prompt), n, max_tokens, extra_key)
         return rid
 
-    def step(self) -> SchedulerOutput:
+    def step(self, faulty=None) -> SchedulerOutput:
+        """One step, checked.  ``faulty``: picks, from the ids of the requests with chunks in the step,
+        one whose part fails: the driver writes none of its K/V (the worst case), and runs none of the
+        requests whose hits read what it was to write (``readers_of``, as the runner does)."""
         sch = self.sch
         before = Before([r.request_id for r in sch.running], [r.request_id for r in sch.swapped],
                         [r.request_id for r in sch.waiting], sch.has_unfinished,
@@ -449,45 +453,78 @@ class Driver:
                          if getattr(out, what))
         if out.preempted and set(out.recomputed) & set(out.preempted) and self.cfg.preemption_mode == "swap":
             self.seen["swap fell back to recompute"] += 1
-        self.run(out)
-        sampled = {c.seq_id: [self._token() for _ in range(c.num_samples)] for c in out.chunks if c.sample}
-        done = sch.update(out, sampled)
+        failed = {}
+        if faulty is not None and out.chunks:
+            failed = {faulty(sorted({c.request_id for c in out.chunks}, key=str)): "injected fault"}
+            self.seen["a failed part"] += 1
+        unread = out.readers_of(failed)
+        if unread:
+            self.seen["a failed part with same-step readers"] += 1
+        self.seen.update(["same-step hits"] if out.same_step_hits else [])
+        self.run(out, skip=set(failed) | unread)
+        sampled = {c.seq_id: [self._token() for _ in range(c.num_samples)] for c in out.chunks
+                   if c.sample and c.request_id not in failed and c.request_id not in unread}
+        done = sch.update(out, sampled, failed) if failed else sch.update(out, sampled)
+        for rid in failed:
+            self.expect[rid].errored = True
+        for rid in unread:
+            assert sch.requests[rid].status == "waiting", f"{rid!r}, which read a failed part's blocks, is not back in waiting"
         for c in out.chunks:
-            if c.sample:
+            if c.seq_id in sampled:
                 e = self.expect[c.request_id]
                 if not e.outputs:
                     e.outputs = [[t] for t in sampled[c.seq_id]]
                 else:
                     e.outputs[c.index].append(sampled[c.seq_id][0])
         self.finished_last = [r.request_id for r in done]
-        unfinished = [r for r in self.finished_last if not self.expect[r].done]
+        unfinished = [r for r in self.finished_last if not (self.expect[r].done or self.expect[r].errored)]
         assert not unfinished, f"update() reported {unfinished} finished before their max_tokens"
         self.pending_swaps.clear()
         return out
 
-    def run(self, out: SchedulerOutput) -> None:
-        """Run the step from its output alone, as a model runner must: swap out, swap in, copy, then
-        each chunk reads its context and writes its tokens through its own block table."""
-        bs = self.cfg.block_size
+    def run(self, out: SchedulerOutput, skip=frozenset()) -> None:
+        """Run the step from its output alone, as the model runner does: swap out, swap in, copy, then
+        two passes, the decode tokens (one token after a context, sampling, of a request that reads
+        nothing this step writes) and then the prefill chunks; in each pass every chunk first writes its tokens through its own block table (a
+        layer stores before it attends), then reads its context.  A chunk writes only into blocks
+        no one else holds, or that only the requests reading them in this step hold (a block
+        registered at schedule time, hit by a request admitted later in the step:
+        ``same_step_hits`` names the writer).  The chunks of the requests in ``skip`` (a failed part,
+        and those that read its blocks) neither write nor read."""
+        bs, m = self.cfg.block_size, self.sch.manager
         for src_kv, dst_kv, pairs in ((self.gpu_kv, self.cpu_kv, out.swap_out), (self.cpu_kv, self.gpu_kv, out.swap_in),
                                       (self.gpu_kv, self.gpu_kv, out.copies)):
             moved = {dst * bs + o: src_kv.get(src * bs + o) for src, dst in pairs for o in range(bs)}
             dst_kv.update(moved)
-        writes: dict[int, int] = {}
-        for c in out.chunks:
-            e = self.expect[c.request_id]
-            keys = kv_keys(e.tokens(c.index), e.extra_key)
-            for p in range(c.start):
-                if self.gpu_kv.get(c.block_table[p // bs] * bs + p % bs) != keys[p]:
-                    fail("8 KV reads back", f"chunk of sequence {c.seq_id} ({c.request_id!r}) reads token {p} "
-                                            f"of its context from a slot that does not hold its K/V")
-            for p, slot in zip(c.positions, c.slot_mapping):
-                if slot in writes:
-                    fail("8 KV reads back", f"two chunks of one step write slot {slot}")
-                if self.sch.manager.allocator.ref_count(slot // bs) != 1:
-                    fail("8 KV reads back", f"sequence {c.seq_id} writes into shared block {slot // bs}")
-                writes[slot] = keys[p]
-        self.gpu_kv.update(writes)
+        holders = {}
+        for r in self.sch.running:
+            for s in r.seqs:
+                if s.seq_id in m:
+                    for b in m.block_ids(s.seq_id):
+                        holders.setdefault(b, set()).add((r.request_id, s.seq_id))
+        written: set[int] = set()
+        chunks = [c for c in out.chunks if c.request_id not in skip]
+        decode = [c for c in chunks if c.query_len == 1 and c.start > 0 and c.sample
+                  and c.request_id not in out.same_step_hits]   # a same-step reader goes second
+        for part in (decode, [c for c in chunks if c not in decode]):
+            for c in part:
+                keys = kv_keys(self.expect[c.request_id].tokens(c.index), self.expect[c.request_id].extra_key)
+                for p, slot in zip(c.positions, c.slot_mapping):
+                    if slot in written:
+                        fail("8 KV reads back", f"two chunks of one step write slot {slot}")
+                    others = {rid for rid, seq in holders.get(slot // bs, ()) if seq != c.seq_id}
+                    readers = {rid for rid in others if c.request_id in out.same_step_hits.get(rid, ())}
+                    if others - readers:
+                        fail("8 KV reads back", f"sequence {c.seq_id} writes into block {slot // bs}, which "
+                                                f"{sorted(others - readers)} also hold")
+                    written.add(slot)
+                    self.gpu_kv[slot] = keys[p]
+            for c in part:
+                keys = kv_keys(self.expect[c.request_id].tokens(c.index), self.expect[c.request_id].extra_key)
+                for p in range(c.start):
+                    if self.gpu_kv.get(c.block_table[p // bs] * bs + p % bs) != keys[p]:
+                        fail("8 KV reads back", f"chunk of sequence {c.seq_id} ({c.request_id!r}) reads token {p} "
+                                                f"of its context from a slot that does not hold its K/V")
 
     def preempt(self, rid, mode) -> str:
         sch, m = self.sch, self.sch.manager
@@ -541,11 +578,14 @@ def check_all_finished(sch: Scheduler, expect: dict) -> None:
     """6. Idle means done: every accepted request finished once, each sample with exactly ``max_tokens``
     tokens, and every block is free (cached-free blocks are on the free list)."""
     m = sch.manager
-    left = [rid for rid, e in expect.items() if not e.done or sch.requests[rid].status != "finished"]
+    left = [rid for rid, e in expect.items() if not (e.done or e.errored) or sch.requests[rid].status != "finished"]
     if left or sorted(r.request_id for r in sch.finished) != sorted(expect):
         fail("6 progress", f"idle, but {left} did not finish (finished: {[r.request_id for r in sch.finished]})")
     for rid, e in expect.items():
-        if sch.requests[rid].outputs != e.outputs:
+        got = sch.requests[rid].outputs
+        if e.errored and not e.outputs and not any(got):          # it failed before its first token
+            continue
+        if got != e.outputs:
             fail("6 progress", f"{rid!r} finished with {sch.requests[rid].outputs}, sampled {e.outputs}")
     cpu = m.cpu_allocator
     if m.num_free_blocks != m.num_blocks or (cpu is not None and cpu.num_free_blocks != cpu.num_blocks):
@@ -604,7 +644,8 @@ class SchedulerMachine(RuleBasedStateMachine):
             max_tokens = data.draw(st.integers(1, min(8, cap) if fit and cap >= 1 else 8), label="max_tokens")
             room = cap - max_tokens + 1 if fit else 20
             length = data.draw(st.integers(1, max(1, min(20, room))), label="prompt length")
-            shared = data.draw(st.integers(0, min(len(self.base), length)), label="shared")
+            most = min(len(self.base), length)        # as much as it can, half the time: same-step hits
+            shared = data.draw(st.integers(0, most) | st.just(most), label="shared")
             tail = data.draw(st.lists(st.integers(0, 2), min_size=length - shared, max_size=length - shared),
                              label="tail")
             n = data.draw(st.integers(1, 3), label="n")
@@ -616,6 +657,14 @@ class SchedulerMachine(RuleBasedStateMachine):
         for _ in range(k):
             self.d.step()
             self.d.check_all()
+
+    @rule(data=st.data())
+    def step_with_a_fault(self, data):
+        """A step in which one request's part fails: it ends with an error, and every check still holds
+        after it, the K/V check included, so no request reads, then or later, a slot that the failed
+        part was to write (a block registered for it at schedule time must leave the cache)."""
+        self.d.step(faulty=lambda rids: data.draw(st.sampled_from(rids), label="failing request"))
+        self.d.check_all()
 
     @rule(data=st.data(), mode=st.sampled_from([None, "recompute", "swap"]))
     def preempt(self, data, mode):
@@ -933,3 +982,36 @@ def test_regression_an_explicit_swap_with_prefix_caching_recomputes():
     d.step()
     assert d.preempt("r0", "swap") == "recompute"
     d.drain()
+
+
+# --- same-step hits and faults: a denser workload than the machine's -----------------------------
+@settings(max_examples=150, deadline=None)
+@given(data=st.data(), block_size=st.integers(1, 4), num_blocks=st.integers(6, 32),
+       budget=st.sampled_from([4, 16, 64]), chunked=st.booleans(), echo=st.booleans())
+def test_same_step_hits_and_failed_parts_never_read_unwritten_kv(data, block_size, num_blocks, budget, chunked, echo):
+    """Bursts of requests sharing prefixes of one base, on pools roomy enough to admit several at
+    once, caching on: requests admitted together hit blocks the same step writes (registered at
+    schedule time).  Now and then one request's part of a step fails (the driver writes none of its
+    K/V).  After every step every check holds, the driver's K/V dict included: each chunk reads only
+    slots written with its own prefix's K/V, so no hit, in that step or later, reads K/V that a failed
+    part was to write; at the end every request finished and every block is free."""
+    cfg = SchedulerConfig(num_gpu_blocks=num_blocks, block_size=block_size, watermark=0.0,
+                          max_num_batched_tokens=budget, enable_chunked_prefill=chunked, enable_prefix_caching=True)
+    d = Driver(cfg, echo)
+    base = list(range(1, 13))
+    for _ in range(data.draw(st.integers(1, 4), label="rounds")):
+        for _ in range(data.draw(st.integers(2, 4), label="burst")):
+            shared = data.draw(st.integers(0, len(base)), label="shared")
+            tail = data.draw(st.lists(st.integers(0, 2), min_size=1, max_size=4), label="tail")
+            d.add(base[:shared] + tail, data.draw(st.integers(1, 2), label="n"),
+                  data.draw(st.integers(1, 4), label="max_tokens"))
+        for _ in range(data.draw(st.integers(1, 4), label="steps")):
+            if not d.sch.has_unfinished:
+                break
+            fault = data.draw(st.booleans(), label="a part fails")
+            d.step(faulty=(lambda rids: data.draw(st.sampled_from(rids), label="failing request")) if fault else None)
+            d.check_all()
+    d.drain()
+    for what in ("same-step hits", "a failed part with same-step readers"):
+        if d.seen[what]:
+            event(what)

@@ -11,7 +11,7 @@ from paged_kv.model.sampling import SamplingParams
 from paged_kv.viz.prefix_cache import (SHARED_EDGE_COLOR, TRACE_NAMES, hit_rate_figure, pool_states, prefix_pool_figure, radix_tree,
                                        radix_vs_blocks_figure, refresh_prefix_pool_figure)
 from paged_kv.viz.palette import COLORS, tint
-from paged_kv.widgets.prefix_cache import prefix_cache_panel
+from paged_kv.widgets.prefix_cache import SYSTEM_PROMPTS, prefix_cache_panel
 
 
 @pytest.fixture(scope="module")
@@ -77,9 +77,12 @@ def test_panel_submits_and_steps(small_model):
     add.click(), step.click(), add.click()
     for _ in range(20):
         step.click()
-    # the second arrives after one step of 32 tokens (the budget): 8 full blocks of the first are cached
-    assert [o.cached_tokens for o in p.engine.outputs()] == [[0], [32]]
-    assert "R1</b> (hit 32 tokens)" in p.children[2].value      # in words, not a list
+    # the second, the same text, arrives after one step of 32 tokens (the budget), and is admitted in
+    # the step that schedules the rest of the first's prompt: blocks are registered when scheduled, so
+    # it hits every full block but the one holding its last token (the full-hit rule)
+    P = len(Tok().encode(SYSTEM_PROMPTS[0] + "what news?"))
+    assert P > 32 and [o.cached_tokens for o in p.engine.outputs()] == [[0], [(P - 1) // 4 * 4]]
+    assert f"R1</b> (hit {(P - 1) // 4 * 4} tokens)" in p.children[2].value      # in words, not a list
 
 
 def test_radix_edges_are_grey_when_shared_and_in_their_prompt_colour_otherwise():
