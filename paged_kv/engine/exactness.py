@@ -16,10 +16,8 @@ Legend: V vocabulary.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
-
-import torch
 
 from ..errors import ConfigError, PromptError
 from ..model.reduction import ReductionOrder, check_reduction
@@ -162,9 +160,3 @@ def load_flip_search(path: str | Path | None = None) -> dict | None:
         raise ConfigError(f"{path} lacks the field(s) {missing}; rerun scripts/find_greedy_flips.py")
     return record
 
-
-def comparison_dict(c: CacheComparison) -> dict:
-    """``c`` as plain JSON-able data (the reduction as its two fields)."""
-    d = asdict(c)
-    d["reduction"] = None if c.reduction is None else asdict(c.reduction)
-    return d

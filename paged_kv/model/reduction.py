@@ -20,15 +20,15 @@ the block table.  The math is the same; the *order* of the sums need not be:
 :class:`ReductionOrder` names both choices.  ``batch_invariant=False`` is the natural order above;
 ``batch_invariant=True`` is the fix of Thinking Machines' "Defeating Nondeterminism in LLM
 Inference" (He et al., 2025) and vLLM's ``VLLM_BATCH_INVARIANT=1``: tiles of a **fixed size** at
-positions ``0, S, 2S, ...`` of the sequence, whatever the pass (a fixed split *size*, not a fixed
+positions ``0, s, 2s, ...`` of the sequence (``s`` the split size), whatever the pass (a fixed split *size*, not a fixed
 number of splits), and every row of a matmul computed alone, so a row's numbers never depend on
 how many rows share its pass.  Both orders compute the same softmax(QK^T)V; they differ only in
 rounding (the tests check both against a float64 brute force, and the fixed one for bit-equality
 across passes).
 
-This is the clear PyTorch path (loops over keys and head dimensions, in the stated order); the
-speed tricks live in ``kernels/``.  Legend: B rows, T new tokens per row (right-padded), S keys,
-H query heads, Hkv kv heads, D head_dim, C features in, N features out.
+This is the clear PyTorch path (a Python loop over the tiles, each sum over an axis of fixed length);
+the speed tricks live in ``kernels/``.  Legend: B rows, T new tokens per row (right-padded), S keys,
+H query heads, Hkv kv heads, D head_dim, C features in, N features out, s the split size.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ import torch
 from ..errors import ConfigError, TensorError
 from ..validate import count
 
-__all__ = ["ReductionOrder", "linear", "split_attention", "split_bounds"]
+__all__ = ["ReductionOrder", "check_reduction", "linear", "split_attention", "split_bounds"]
 
 
 @dataclass(frozen=True)
@@ -54,7 +54,7 @@ class ReductionOrder:
         batch_invariant: ``False``, the natural order: a pass's tiles restart at its first new
             token (the cached context ``[0, c)`` in tiles from 0, then the new tokens in tiles from
             ``c``), and each matmul runs over the pass's rows at once.  ``True``: tiles at
-            ``0, S, 2S, ...`` of the sequence in every pass, and each row's matmul alone
+            ``0, s, 2s, ...`` of the sequence in every pass, and each row's matmul alone
             (batch-invariant: Thinking Machines 2025, vLLM ``VLLM_BATCH_INVARIANT``).
 
     Raises:
@@ -85,10 +85,10 @@ def split_bounds(context_len: int, seq_len: int, order: ReductionOrder) -> list[
     """The key tiles ``[(start, stop), ...]`` a pass reduces in order, for a row whose ``seq_len``
     keys are ``context_len`` cached ones then the pass's new tokens.
 
-    Natural order: ``[0, S), [S, 2S), ...`` up to ``context_len``, then ``[c, c + S), ...`` up to
-    ``seq_len`` (a tile never straddles ``c``).  Batch-invariant: ``[0, S), [S, 2S), ...`` up to
+    Natural order: ``[0, s), [s, 2s), ...`` up to ``context_len``, then ``[c, c + s), ...`` up to
+    ``seq_len`` (a tile never straddles ``c``).  Batch-invariant: ``[0, s), [s, 2s), ...`` up to
     ``seq_len``, whatever ``context_len`` is.  The tiles cover ``0 .. seq_len - 1`` once, in order,
-    each at most ``S = order.split_size`` keys.  A query at position ``p`` reads the tiles that
+    each at most ``s = order.split_size`` keys.  A query at position ``p`` reads the tiles that
     start at or before ``p``, its own cut at ``p + 1`` by the causal mask.
 
     Raises:
@@ -101,9 +101,9 @@ def split_bounds(context_len: int, seq_len: int, order: ReductionOrder) -> list[
     context_len = count("context_len", context_len, 0)
     if context_len >= seq_len:
         raise ConfigError(f"a pass has at least one new token: context_len {context_len} >= seq_len {seq_len}")
-    S = order.split_size
-    starts = range(0, seq_len, S) if order.batch_invariant else \
-        [*range(0, context_len, S), *range(context_len, seq_len, S)]
+    s = order.split_size
+    starts = range(0, seq_len, s) if order.batch_invariant else \
+        [*range(0, context_len, s), *range(context_len, seq_len, s)]
     stops = [*starts[1:], seq_len]
     return list(zip(starts, stops))
 
