@@ -2,7 +2,9 @@
 gives the same bits on awkward prompts and block sizes, in fp32 and bf16; the comparison itself
 against a brute force; the engine's knob refuses what it cannot run."""
 
+import importlib.util
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -132,3 +134,18 @@ def test_load_flip_search(tmp_path):
     good = tmp_path / "good.json"
     good.write_text(json.dumps({"date": "d", "torch": "t", "cpu": "c", "trials": 1, "max_tokens": 2, "results": {}}))
     assert load_flip_search(good)["trials"] == 1
+
+
+def test_the_search_script_writes_a_record_the_book_reads(tmp_path, capsys):
+    path = Path(__file__).resolve().parents[2] / "scripts" / "find_greedy_flips.py"
+    spec = importlib.util.spec_from_file_location("find_greedy_flips", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    warm, prompt = script.draw_pair(3)
+    assert warm != prompt and warm[:20] == prompt[:20] and script.draw_pair(3) == (warm, prompt)
+    out = tmp_path / "flips.json"
+    record = script.main(["--trials", "1", "--max-tokens", "2", "--out", str(out)])
+    assert load_flip_search(out) == json.loads(json.dumps(record))
+    assert all(r["tried"] == 1 for r in record["results"].values())
+    assert record["results"]["float32 fixed"]["bit_identical"] == 1 == record["results"]["bfloat16 fixed"]["bit_identical"]
+    assert "bfloat16 natural" in capsys.readouterr().out
