@@ -9,7 +9,9 @@ import pytest
 import torch
 
 from paged_kv.errors import ConfigError, TensorError
+from paged_kv.model import AttentionMetadata, load_tiny_model
 from paged_kv.model.reduction import ReductionOrder, linear, split_attention, split_bounds
+from paged_kv.storage import ContiguousKVCache
 
 NATURAL, FIXED = ReductionOrder(16), ReductionOrder(16, batch_invariant=True)
 
@@ -194,3 +196,33 @@ def test_the_batch_invariant_matmul_gives_each_row_the_same_bits_whatever_the_ro
         assert torch.equal(linear(x[start:start + n].clone(), w, FIXED), full[start:start + n])
     assert torch.equal(linear(x.view(7, 10, 32), w, FIXED), full.view(7, 10, 48))
     assert torch.equal(linear(x, w, NATURAL), torch.nn.functional.linear(x, w))   # the natural one is nn.Linear's
+
+
+class PlainCache:
+    """A cache written against the plain interface, no ``reduction`` keyword (assignment 1's is)."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def store(self, layer, k, v, meta, backend="torch"):
+        self.inner.store(layer, k, v, meta, backend)
+
+    def prefill_attention(self, layer, q, k, v, meta, backend="torch"):
+        return self.inner.prefill_attention(layer, q, k, v, meta, backend)
+
+    def decode_attention(self, layer, q, meta, backend="torch"):
+        return self.inner.decode_attention(layer, q, meta, backend)
+
+
+def test_a_cache_without_the_reduction_keyword_still_serves_the_default_order():
+    model, _ = load_tiny_model()
+    ids = torch.tensor([[5, 6, 7, 8]])
+    lens = torch.tensor([4], dtype=torch.int32)
+    plain = PlainCache(ContiguousKVCache(model.cfg, 1, 16))
+    ours = ContiguousKVCache(model.cfg, 1, 16)
+    for cache in (plain, ours):
+        first = model(ids, AttentionMetadata.for_prefill(lens, 4), cache)[0, -1]
+        nxt = model(torch.tensor([[9]]), AttentionMetadata.for_decode(lens + 1), cache)[0, -1]
+        if cache is plain:
+            want = first, nxt
+    assert torch.equal(want[0], first) and torch.equal(want[1], nxt)
