@@ -1,5 +1,5 @@
-"""The engine's knobs (vLLM's names): the scheduler's, plus the pools given in blocks or in bytes
-and the attention backend.
+"""The engine's knobs (vLLM's names): the scheduler's, plus the pools given in blocks or in bytes,
+the attention backend and the order of the forward pass's sums.
 """
 
 from __future__ import annotations
@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from ..defaults import BLOCK_SIZE, MAX_NUM_BATCHED_TOKENS, MAX_NUM_SEQS, WATERMARK
 from ..errors import ConfigError
+from ..model.reduction import ReductionOrder
 from ..scheduling import SchedulerConfig
 from ..validate import count
 
@@ -22,6 +23,10 @@ class EngineConfig:
     all layers, K and V: ``num_gpu_blocks = gpu_memory_bytes // bytes_per_block``, the way vLLM
     turns ``gpu_memory_utilization`` into blocks); likewise ``num_cpu_blocks`` or
     ``swap_space_bytes`` for the CPU pool.
+
+    ``reduction`` (a :class:`~paged_kv.model.reduction.ReductionOrder`, torch backend only; ``None``:
+    the references' own order) makes the order of every pass's sums explicit:
+    ``ReductionOrder(16, batch_invariant=True)`` is this engine's ``VLLM_BATCH_INVARIANT=1``.
 
     Raises:
         ConfigError: neither or both of a pool's two forms, or a bad knob.
@@ -43,6 +48,7 @@ class EngineConfig:
     enable_prefix_caching: bool = False
     prefix_caching_hash_algo: object = "sha256"
     policy: str = "fcfs"
+    reduction: ReductionOrder | None = None
 
     def __post_init__(self) -> None:
         if (self.num_gpu_blocks is None) == (self.gpu_memory_bytes is None):
@@ -51,6 +57,11 @@ class EngineConfig:
             raise ConfigError("give the CPU pool as num_cpu_blocks or as swap_space_bytes, not both")
         if self.backend not in ("torch", "triton"):
             raise ConfigError(f"backend must be 'torch' or 'triton', got {self.backend!r}")
+        if self.reduction is not None and not isinstance(self.reduction, ReductionOrder):
+            raise ConfigError(f"reduction must be a ReductionOrder or None, got {self.reduction!r:.60}")
+        if self.reduction is not None and self.backend != "torch":
+            raise ConfigError(f"a reduction order ({self.reduction}) runs on the torch backend, "
+                              f"got backend {self.backend!r}")
 
     def scheduler_config(self, bytes_per_block: int | None = None) -> SchedulerConfig:
         """The :class:`SchedulerConfig`; ``bytes_per_block`` (bytes, all layers, K and V) turns

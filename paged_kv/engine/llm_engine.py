@@ -78,7 +78,7 @@ class LLMEngine:
                 raise ConfigError(f"max_model_len = {sc.max_model_len:,} tokens is more than the model's "
                                   f"max_seq_len {limit:,} (model.cfg.max_seq_len): it has no positions beyond")
             self.runner = ModelRunner(model, sc.num_gpu_blocks, sc.block_size, sc.num_cpu_blocks,
-                                      self.config.backend)
+                                      self.config.backend, self.config.reduction)
         elif iteration_time is not None:
             sc = self.config.scheduler_config()
             self.runner = TimingRunner(iteration_time, swap_time, sc.block_size)

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..errors import ConfigError, PagedKVError
+from ..model.attention import check_reduction_backend
 from ..model.sampling import apply_penalties, sample, sample_generator
 from ..sampling_params import SamplingParams
 from ..scheduling import Chunk, SchedulerOutput
@@ -85,14 +86,17 @@ class ModelRunner:
         model: the model (its dtype and device are the cache's).
         num_gpu_blocks, num_cpu_blocks, block_size: the pools, as the scheduler's.
         backend: ``"torch"`` (the references) or ``"triton"`` (the kernels).
+        reduction: the order of every pass's sums, a :class:`~paged_kv.model.reduction.ReductionOrder`
+            (torch backend), or ``None``: the references' own.
 
     Raises:
-        ConfigError: (from the cache) bad sizes.
+        ConfigError: (from the cache) bad sizes; a reduction the backend cannot run.
     """
 
     def __init__(self, model, num_gpu_blocks: int, block_size: int, num_cpu_blocks: int = 0,
-                 backend: str = "torch") -> None:
+                 backend: str = "torch", reduction=None) -> None:
         self.model, self.backend = model, backend
+        self.reduction = check_reduction_backend(reduction, backend)
         self.cache = PagedKVCache(model.cfg, num_gpu_blocks, block_size, dtype=model.dtype,
                                   device=model.device, num_cpu_blocks=num_cpu_blocks)
         self._gens: dict[tuple, torch.Generator] = {}    # (request id, sample index) -> its generator
@@ -160,7 +164,7 @@ class ModelRunner:
             rows = [BatchRow([(t + c.adapter_shift) % vocab for t in c.token_ids], c.start, c.slot_mapping,
                              c.block_table) for c in part]
             batch = prepare_paged_batch(rows, phase, self.model.device)
-            logits = run_paged_batch(self.model, self.cache, batch, self.backend)      # (B, V)
+            logits = run_paged_batch(self.model, self.cache, batch, self.backend, self.reduction)   # (B, V)
             for b, c in enumerate(part):
                 if c.sample:
                     result.logits[c.seq_id] = logits[b]

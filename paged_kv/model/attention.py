@@ -8,7 +8,9 @@ cache the slot mapping and block tables (vLLM's names for the same data, vLLM pa
 
 Backends: ``"torch"`` runs PyTorch's own attention (``scaled_dot_product_attention`` for a
 prefill, the plain reference in ``kernels`` for a decode step); ``"triton"`` runs our Triton
-kernels (compiled on CUDA, interpreted on CPU).  Both must give the same tokens.
+kernels (compiled on CUDA, interpreted on CPU).  Both must give the same tokens.  A
+``reduction`` (:class:`~paged_kv.model.reduction.ReductionOrder`, torch backend only) replaces
+either by :func:`~paged_kv.model.reduction.split_attention`, whose order of sums is stated.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from kernels import decode_attention as decode_kernel
 from kernels import prefill_attention as prefill_kernel
 
 from ..errors import ConfigError, TensorError
+from .reduction import check_reduction, split_attention
 
 BACKENDS = ("torch", "triton")
 
@@ -95,8 +98,20 @@ class AttentionMetadata:
         return cls("decode", positions, seq_lens.to(torch.int32), **paged)
 
 
-def prefill_attention(q, k, v, seq_lens, backend: str):
-    """Causal attention over fresh prompt tokens: ``q [B,T,H,D]``, ``k, v [B,T,Hkv,D]``."""
+def check_reduction_backend(reduction, backend: str):
+    """``reduction`` (``None`` or a ``ReductionOrder``) if ``backend`` can run it, else ``ConfigError``:
+    a reduction order is the torch backend's (the Triton kernels fix their own tiles)."""
+    if check_reduction(reduction) is not None and check_backend(backend) != "torch":
+        raise ConfigError(f"a reduction order ({reduction}) runs on the torch backend, got backend {backend!r}")
+    return reduction
+
+
+def prefill_attention(q, k, v, seq_lens, backend: str, reduction=None):
+    """Causal attention over fresh prompt tokens: ``q [B,T,H,D]``, ``k, v [B,T,Hkv,D]``, each row's
+    first ``seq_lens[b]`` real.  ``reduction``: see :func:`~paged_kv.model.reduction.split_attention`."""
+    if check_reduction_backend(reduction, backend) is not None:
+        return split_attention(q, k, v, torch.zeros_like(seq_lens, dtype=torch.int32),
+                               seq_lens.to(torch.int32), reduction)
     if check_backend(backend) == "triton":
         return prefill_kernel.prefill_attention(q, k, v, seq_lens)
     # PyTorch's fused attention. Padding keys are masked; padded query rows still see key 0,
@@ -110,8 +125,13 @@ def prefill_attention(q, k, v, seq_lens, backend: str):
     return out.transpose(1, 2)
 
 
-def decode_attention(q, k_cache, v_cache, seq_lens, backend: str):
-    """One decode step against a contiguous cache layer: ``q [B,H,D]``, caches ``[B,T_max,Hkv,D]``."""
+def decode_attention(q, k_cache, v_cache, seq_lens, backend: str, reduction=None):
+    """One decode step against a contiguous cache layer: ``q [B,H,D]``, caches ``[B,T_max,Hkv,D]``.
+    ``reduction``: the new token is a pass of one query after ``seq_lens - 1`` cached keys."""
+    if check_reduction_backend(reduction, backend) is not None:
+        seq_lens = seq_lens.to(torch.int32)
+        return split_attention(q[:, None], k_cache, v_cache, seq_lens - 1, torch.ones_like(seq_lens),
+                               reduction)[:, 0]
     if check_backend(backend) == "triton":
         return decode_kernel.decode_attention(q, k_cache, v_cache, seq_lens)
     return decode_kernel.decode_attention_reference(q, k_cache, v_cache, seq_lens)

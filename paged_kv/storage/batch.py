@@ -167,14 +167,16 @@ def prepare_paged_batch(rows: Sequence[BatchRow], phase: str, device=None) -> Pa
 
 
 @torch.no_grad()
-def run_paged_batch(model, cache, batch: PagedBatch, backend: str = "torch") -> torch.Tensor:
+def run_paged_batch(model, cache, batch: PagedBatch, backend: str = "torch", reduction=None) -> torch.Tensor:
     """Step 4 of the module's order: run ``model`` (a :class:`~paged_kv.model.TinyLlama`) on the
     batch over ``cache`` (a :class:`~paged_kv.storage.PagedKVCache`); returns each row's
     next-token logits ``[B, V]`` (fp32).  The step's copy-on-write copies must be applied first.
+    ``reduction``: the order of the pass's sums (:class:`~paged_kv.model.reduction.ReductionOrder`).
 
-    Raises whatever the cache and model raise (``CacheError``, ``TensorError``, ``PromptError``).
+    Raises whatever the cache and model raise (``CacheError``, ``TensorError``, ``PromptError``,
+    ``ConfigError``).
     """
-    logits = model(batch.input_ids, batch.metadata, cache, backend)      # (B, T, V)
+    logits = model(batch.input_ids, batch.metadata, cache, backend, reduction)      # (B, T, V)
     return last_token_logits(logits, batch.metadata.query_lens)
 
 

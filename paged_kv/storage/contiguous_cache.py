@@ -81,8 +81,9 @@ class ContiguousKVCache:
             self.seq_lens = torch.maximum(self.seq_lens, new_len)
 
     def prefill_attention(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                          meta: AttentionMetadata, backend: str) -> torch.Tensor:
-        """Causal attention of a prompt over its own ``k, v [B, T, Hkv, D]`` (just written here).
+                          meta: AttentionMetadata, backend: str, reduction=None) -> torch.Tensor:
+        """Causal attention of a prompt over its own ``k, v [B, T, Hkv, D]`` (just written here);
+        ``reduction``: a :class:`~paged_kv.model.reduction.ReductionOrder` or ``None``.
 
         Raises:
             CacheError: a chunk that does not start at position 0 (chunked prefill needs the
@@ -91,8 +92,9 @@ class ContiguousKVCache:
         if bool((meta.context_lens != 0).any()):
             raise CacheError("the contiguous cache prefills whole prompts only; chunked prefill "
                              "(context_lens > 0) needs the paged cache")
-        return attention.prefill_attention(q, k, v, meta.query_lens, backend)
+        return attention.prefill_attention(q, k, v, meta.query_lens, backend, reduction)
 
-    def decode_attention(self, layer: int, q: torch.Tensor, meta: AttentionMetadata, backend: str) -> torch.Tensor:
+    def decode_attention(self, layer: int, q: torch.Tensor, meta: AttentionMetadata, backend: str,
+                         reduction=None) -> torch.Tensor:
         """Attention of ``q [B, H, D]`` over the first ``meta.seq_lens[b]`` cached tokens."""
-        return attention.decode_attention(q, self.k[layer], self.v[layer], meta.seq_lens, backend)
+        return attention.decode_attention(q, self.k[layer], self.v[layer], meta.seq_lens, backend, reduction)

@@ -23,7 +23,8 @@ from kernels import cache_ops, copy_blocks, paged_attention, paged_prefill
 from ..defaults import BLOCK_SIZE
 from ..errors import ConfigError, TensorError
 from ..memory import kv_bytes_per_token
-from ..model.attention import AttentionMetadata, check_backend
+from ..model.attention import AttentionMetadata, check_backend, check_reduction_backend
+from ..model.reduction import split_attention
 from ..model.config import ModelConfig
 from ..validate import count
 
@@ -182,29 +183,47 @@ class PagedKVCache:
 
     # --- reads -----------------------------------------------------------------------------
     def prefill_attention(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                          meta: AttentionMetadata, backend: str) -> torch.Tensor:
+                          meta: AttentionMetadata, backend: str, reduction=None) -> torch.Tensor:
         """Attention of a prefill chunk's queries ``q [B, T, H, D]`` over everything its sequence
         holds: the tokens cached before the chunk (``meta.context_lens``) through the
         block tables, and the chunk itself causally.  The chunk's ``k, v`` are already stored
         (:meth:`store` runs first), so they are read from the cache like the rest.  Returns
         ``[B, T, H, D]``; ``backend="triton"`` runs :func:`kernels.paged_prefill.paged_prefill_attention`.
+        ``reduction`` (a :class:`~paged_kv.model.reduction.ReductionOrder`, torch backend): the
+        blocks are gathered and reduced by :func:`~paged_kv.model.reduction.split_attention`.
         """
         if meta.block_tables is None:
             raise TensorError("the paged cache needs meta.block_tables ([B, max_blocks] int32)")
+        if check_reduction_backend(reduction, backend) is not None:
+            return self._split_attention(layer, q, meta.context_lens, meta.query_lens, meta, reduction)
         args = (q, self.k_cache[layer], self.v_cache[layer], meta.block_tables, meta.context_lens, meta.query_lens)
         if check_backend(backend) == "triton":
             return paged_prefill.paged_prefill_attention(*args)
         return paged_prefill.paged_prefill_attention_reference(*args)
 
-    def decode_attention(self, layer: int, q: torch.Tensor, meta: AttentionMetadata, backend: str) -> torch.Tensor:
+    def decode_attention(self, layer: int, q: torch.Tensor, meta: AttentionMetadata, backend: str,
+                         reduction=None) -> torch.Tensor:
         """Attention of ``q [B, H, D]`` over each sequence's ``meta.seq_lens[b]`` cached tokens,
-        found through ``meta.block_tables [B, max_blocks]``.  Returns ``[B, H, D]``."""
+        found through ``meta.block_tables [B, max_blocks]``.  Returns ``[B, H, D]``.  With a
+        ``reduction``, the new token is a pass of one query after ``seq_lens - 1`` cached keys."""
         if meta.block_tables is None:
             raise TensorError("the paged cache needs meta.block_tables ([B, max_blocks] int32)")
+        if check_reduction_backend(reduction, backend) is not None:
+            ones = torch.ones_like(meta.seq_lens)
+            return self._split_attention(layer, q[:, None], meta.seq_lens - ones, ones, meta, reduction)[:, 0]
         args = (q, self.k_cache[layer], self.v_cache[layer], meta.block_tables, meta.seq_lens)
         if check_backend(backend) == "triton":
             return paged_attention.paged_decode_attention(*args)
         return paged_attention.paged_decode_attention_reference(*args)
+
+    def _split_attention(self, layer, q, context_lens, query_lens, meta, reduction) -> torch.Tensor:
+        """Gather each row's ``context + query`` keys through its block table (a used block id
+        outside the pool is a ``CacheError``), then :func:`split_attention` in ``reduction``'s order."""
+        seq_lens = (context_lens + query_lens).to(torch.int32)
+        paged_attention.check_block_tables(meta.block_tables, seq_lens, self.num_blocks, self.block_size,
+                                           q.shape[0], q.device)
+        k, v = paged_attention.gather_kv(self.k_cache[layer], self.v_cache[layer], meta.block_tables, seq_lens)
+        return split_attention(q, k, v, context_lens.to(torch.int32), query_lens.to(torch.int32), reduction)
 
     def _slot_mapping(self, meta: AttentionMetadata, k: torch.Tensor) -> torch.Tensor:
         slots = meta.slot_mapping
