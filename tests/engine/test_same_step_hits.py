@@ -64,7 +64,7 @@ class Witness:
             batch.rows = [by_slots[tuple(r.slot_mapping)] for r in rows]
             return batch
 
-        def checked_run(model, cache, batch, backend="torch"):
+        def checked_run(model, cache, batch, backend="torch", reduction=None):
             writes = {}
             for c in batch.rows:
                 toks = tokens(c)
@@ -81,7 +81,7 @@ class Witness:
                                            f"which holds {'nothing' if got is None else 'another prefix'}")
                     self.reads += 1
                     self.same_pass += slot in writes
-            logits = run(model, cache, batch, backend)
+            logits = run(model, cache, batch, backend, reduction)
             self.written.update(writes)
             return logits
         monkeypatch.setattr(runner_module, "prepare_paged_batch", prepared)

@@ -130,7 +130,7 @@ def launch(case: dict, dtype: torch.dtype) -> None:
         N, NB = 5, 4
         kc, vc = _t(NB, BS, Hkv, D, dtype=dtype, g=g), _t(NB, BS, Hkv, D, dtype=dtype, g=g)
         vc = _v_layout(vc, case)
-        slots = torch.tensor([0, 3, -1, NB * BS - 1, 1], dtype=torch.int64)
+        slots = torch.tensor([0, NB * BS - 1, -1, 1, 2], dtype=torch.int64)   # distinct even at BS = 1
         cache_ops.store_kv(_t(N, Hkv, D, dtype=dtype, g=g), _t(N, Hkv, D, dtype=dtype, g=g), kc, vc, slots)
     elif kind == "copy_blocks":
         L, NB = 2, 6
