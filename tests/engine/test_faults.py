@@ -12,9 +12,12 @@ import torch
 
 from paged_kv.engine import EngineConfig, LLMEngine
 from paged_kv.engine import runner as runner_module
+
 from paged_kv.errors import ConfigError, PagedKVError
 from paged_kv.model import load_tiny_model
 from paged_kv.sampling_params import SamplingParams
+
+from fault_injection import BAD, fail_one_request  # tests/engine/fault_injection.py
 
 
 @pytest.fixture(scope="module")
@@ -227,7 +230,6 @@ def test_bad_stop_values_are_refused_by_name(bad):
 
 # --- a failed step -----------------------------------------------------------------------------------
 
-BAD = 255   # a token only the failing request's prompt holds
 
 
 @pytest.mark.parametrize("where", ["sampler", "kernel"])
@@ -238,22 +240,7 @@ def test_a_failing_request_ends_with_an_error_and_the_others_are_served(tiny, mo
               "c": SamplingParams(max_tokens=8)}
     want = {k: solo(model, prompts[k], params[k]) for k in ("a", "c")}
     e = engine(model, tok)
-    if where == "sampler":
-        real = runner_module.ModelRunner._sample
-
-        def failing(self, logits, c):
-            if c.request_id == "bad":
-                raise RuntimeError("sampler failed")
-            return real(self, logits, c)
-        monkeypatch.setattr(runner_module.ModelRunner, "_sample", failing)
-    else:
-        real = type(model).forward
-
-        def failing(self, input_ids, *args, **kw):
-            if bool((input_ids == BAD).any()):
-                raise RuntimeError("kernel failed")
-            return real(self, input_ids, *args, **kw)
-        monkeypatch.setattr(type(model), "forward", failing)
+    fail_one_request(monkeypatch, model, where, "bad")
     for k in prompts:
         e.add_request(prompts[k], params[k], k)
     drain(e)

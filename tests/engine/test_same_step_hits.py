@@ -17,8 +17,11 @@ import torch
 
 from paged_kv.engine import EngineConfig, LLMEngine
 from paged_kv.engine import runner as runner_module
+
 from paged_kv.model import load_tiny_model
 from paged_kv.sampling_params import SamplingParams
+
+from fault_injection import BAD, fail_one_request  # tests/engine/fault_injection.py
 
 
 @pytest.fixture(scope="module")
@@ -206,7 +209,6 @@ def test_a_one_token_reader_of_a_prefill_runs_after_it(tiny, monkeypatch):
     assert_same({r: e.output(r).token_ids for r in "AB"}, logits, ref_tokens, ref_logits, ["A", "B"])
 
 
-BAD = 255   # a token only the failing request's own tokens hold
 
 
 @pytest.mark.parametrize("where", ["kernel", "sampler"])
@@ -225,22 +227,7 @@ def test_a_failed_writer_s_readers_never_read_what_it_did_not_write(tiny, monkey
     ref_tokens, ref_logits = cache_off(model, [(r, requests[r], params[r]) for r in "BCD"])
     for r in "BCD":
         assert ref_tokens[r] == engine(model).generate(requests[r], params[r])[0].token_ids
-    if where == "sampler":
-        real = runner_module.ModelRunner._sample
-
-        def failing(self, logits, c):
-            if c.request_id == "A":
-                raise RuntimeError("sampler failed")
-            return real(self, logits, c)
-        monkeypatch.setattr(runner_module.ModelRunner, "_sample", failing)
-    else:
-        real = type(model).forward
-
-        def failing(self, input_ids, *args, **kw):
-            if bool((input_ids == BAD).any()):
-                raise RuntimeError("kernel failed")
-            return real(self, input_ids, *args, **kw)
-        monkeypatch.setattr(type(model), "forward", failing)
+    fail_one_request(monkeypatch, model, where, "A")
     e = engine(model, enable_prefix_caching=True)
     witness = Witness(e, monkeypatch)
     outs, logits = capture(e)
