@@ -77,3 +77,23 @@ def numeric_array(name: str, values) -> np.ndarray:
     if x.dtype == bool or not (np.issubdtype(x.dtype, np.integer) or np.issubdtype(x.dtype, np.floating)):
         raise ConfigError(f"{name} must hold ints or floats, got {values!r:.80} (dtype {x.dtype})")
     return x
+
+
+def read_record(path, required: tuple[str, ...], rerun: str) -> dict | None:
+    """A JSON record a script wrote at ``path`` (a ``pathlib.Path``), or ``None`` if there is none;
+    ``required``: the fields it must have; ``rerun``: the script that writes it, named in errors.
+
+    Raises:
+        ConfigError: the file exists but is not such a record (bad JSON or a missing field).
+    """
+    import json                                # only the readers of recorded runs need it
+    if not path.exists():
+        return None
+    try:
+        record = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"{path} is not valid JSON ({e}); rerun {rerun}") from e
+    missing = [k for k in required if not isinstance(record, dict) or k not in record]
+    if missing:
+        raise ConfigError(f"{path} lacks the field(s) {missing}; rerun {rerun}")
+    return record

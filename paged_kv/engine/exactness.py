@@ -15,14 +15,13 @@ Legend: V vocabulary.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import ConfigError, PromptError
+from ..errors import PromptError
 from ..model.reduction import ReductionOrder, check_reduction
 from ..sampling_params import SamplingParams
-from ..validate import count
+from ..validate import count, read_record
 from .config import EngineConfig
 from .llm_engine import LLMEngine
 
@@ -148,15 +147,6 @@ def load_flip_search(path: str | Path | None = None) -> dict | None:
         ConfigError: the file exists but is not such a record (bad JSON or a missing field).
     """
     path = Path(path) if path is not None else FLIP_SEARCH_PATH
-    if not path.exists():
-        return None
-    try:
-        record = json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"{path} is not valid JSON ({e}); rerun scripts/find_greedy_flips.py") from e
-    missing = [k for k in ("date", "torch", "cpu", "trials", "max_tokens", "results")
-               if not isinstance(record, dict) or k not in record]
-    if missing:
-        raise ConfigError(f"{path} lacks the field(s) {missing}; rerun scripts/find_greedy_flips.py")
-    return record
+    return read_record(path, ("date", "torch", "cpu", "trials", "max_tokens", "results"),
+                       "scripts/find_greedy_flips.py")
 

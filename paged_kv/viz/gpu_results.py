@@ -9,10 +9,9 @@ never prints them as performance.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from ..errors import ConfigError
+from ..validate import read_record
 
 __all__ = ["DEFAULT_PATH", "RATIO_NAMES", "gpu_results_rows", "load_gpu_results"]
 
@@ -36,16 +35,7 @@ def load_gpu_results(path: str | Path | None = None) -> dict | None:
         ConfigError: the file exists but is not a results file (bad JSON or a missing field).
     """
     path = Path(path) if path is not None else DEFAULT_PATH
-    if not path.exists():
-        return None
-    try:
-        results = json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"{path} is not valid JSON ({e}); rerun scripts/gpu_check.sh") from e
-    missing = [k for k in REQUIRED if not isinstance(results, dict) or k not in results]
-    if missing:
-        raise ConfigError(f"{path} lacks the field(s) {missing}; rerun scripts/gpu_check.sh")
-    return results
+    return read_record(path, REQUIRED, "scripts/gpu_check.sh")
 
 
 def gpu_results_rows(results: dict) -> tuple[list[list[str]], list[list[str]]]:
