@@ -11,6 +11,7 @@ summaries), so the static book replays them without a kernel:
 * :func:`rate_figure`: mean batch against request rate (where each policy hits its memory limit).
 * :func:`block_size_figure`: paging's waste and batch against block size.
 * :func:`length_histogram`: the prompt and output lengths of traces.
+* :func:`step_rows`: a run's slots per category step by step, the rows of a table.
 """
 
 from __future__ import annotations
@@ -42,6 +43,17 @@ _FIRST_CATEGORY_CODE = 1 + len(COLORS)
 STRIP_TRACE = "strip"   # the heatmap a frame or a live refresh updates, found by this name
 BORDER_TRACE = "borders"  # legend entry of the block/region border lines (one column = one slot)
 GAP_POOL = 64  # pools of at most this many slots are drawn with a gap between slots, to count them
+
+
+def step_rows(res, steps: Sequence[int] | None = None) -> tuple[list[str], list[list[int]]]:
+    """``(header, rows)`` of a table of ``res`` (a :class:`~paged_kv.sim.SimResult`) step by step:
+    the requests running and waiting, then the slots in each category (they add up to the pool).
+    Pass them to :func:`paged_kv.viz.text.table`. ``steps``: the steps to list (default: all)."""
+    st = res.steps
+    steps = range(res.num_steps) if steps is None else steps
+    header = ["step", "running", "waiting", *(_SHORT_LABELS[c] for c in _CATS)]
+    return header, [[int(s), int(st["running"][s]), int(st["waiting"][s]), *(int(st[c][s]) for c in _CATS)]
+                    for s in steps]
 
 
 def region_colors(owners: np.ndarray, n: int = len(COLORS)) -> np.ndarray:
@@ -139,6 +151,12 @@ _SHORT_LABELS = {"token_states": "token states", "reserved": "reserved", "intern
                  "external": "external frag.", "free": "free"}
 
 
+def _row_labels(runs: Mapping[str, Sequence]) -> list[str]:
+    """Two rows per run, each label on two lines ("<run> ·" over "request"/"category"): on one
+    line the labels took 60% of a phone's width, leaving the strips and the legend ~100 px."""
+    return [f"{k} ·<br>{what}" for k in runs for what in ("request", "category")]
+
+
 def strip_figure(runs: Mapping[str, Sequence], title: str = "", max_bins: int = 240,
                  active: int | None = None, replay: bool = True, height: int | None = None) -> go.Figure:
     """The pool as strips of slots, one pair of rows per run, with a slider over recorded layouts.
@@ -157,11 +175,11 @@ def strip_figure(runs: Mapping[str, Sequence], title: str = "", max_bins: int = 
     pool, n = len(first[0].owner), len(first)
     bin_slots = max(1, -(-pool // max_bins))
     active = n - 1 if active is None else active
-    ylabels = [f"{k} · {what}" for k in runs for what in ("request", "category")]
+    ylabels = _row_labels(runs)
     x = np.arange(-(-pool // bin_slots)) * bin_slots + (bin_slots - 1) / 2  # column centres, in slots
     gap = 1 if pool <= GAP_POOL else 0  # small pools: slots you can count
     heat = go.Heatmap(z=_strip_z(runs, active, bin_slots), x=x, y=list(range(len(ylabels))), zmin=-0.5,
-                      zmax=len(_STRIP_COLORS) - 0.5, name=STRIP_TRACE, customdata=[[lab] * len(x) for lab in ylabels],
+                      zmax=len(_STRIP_COLORS) - 0.5, name=STRIP_TRACE, customdata=[[lab.replace("<br>", " ")] * len(x) for lab in ylabels],
                       colorscale=discrete_scale(_STRIP_COLORS), showscale=False, xgap=gap, ygap=3,
                       hovertemplate="slot %{x}<br>%{customdata}<extra></extra>")
     fig = go.Figure(heat)
@@ -184,8 +202,10 @@ def strip_figure(runs: Mapping[str, Sequence], title: str = "", max_bins: int = 
                       yaxis=dict(autorange="reversed", showgrid=False, zeroline=False, tickmode="array",
                                  tickvals=list(range(len(ylabels))), ticktext=ylabels),
                       plot_bgcolor="white",
-                      legend=dict(orientation="h", y=1.02, yanchor="bottom", x=0, xanchor="left",
-                                  font=dict(size=11)))
+                      # x from the figure's left edge, not the plot's: on a phone the long row
+                      # labels leave the plot ~200 px, where the legend went one entry a row
+                      legend=dict(orientation="h", y=1.02, yanchor="bottom", xref="container", x=0.01,
+                                  xanchor="left", font=dict(size=11)))
     most = max(len(border_shapes(runs, i)) for i in range(n)) if borders and replay else 0
     fig.update_layout(shapes=border_shapes(runs, active, most) if borders else [])
     if replay and n > 1:
@@ -205,7 +225,7 @@ def refresh_strip(fig, runs: Mapping[str, Sequence], index: int, title: str = ""
     runs = _aligned(runs)
     pool = len(next(iter(runs.values()))[0].owner)
     bin_slots = max(1, -(-pool // max_bins))
-    ylabels = [f"{k} · {what}" for k in runs for what in ("request", "category")]
+    ylabels = _row_labels(runs)
     strip = fig.data[trace_indices(fig, [STRIP_TRACE])[0]]
     with fig.batch_update():
         strip.z = _strip_z(runs, index, bin_slots)
@@ -241,7 +261,9 @@ def category_bars(shares: Mapping[str, Mapping[str, float]], paper: Mapping[str,
         ys.append(y)
         y += 0.8 if name.endswith("· ours") else 1.3
     fig = go.Figure()
-    segments = [(c, CATEGORY_LABELS[c], CATEGORY_COLORS[c]) for c in _CATS[:-1]]
+    # the paper's Fig. 2 names its last segment "external fragmentation & others" (the rounding too)
+    names_fig2 = CATEGORY_LABELS | {"external": "external fragmentation & others"}
+    segments = [(c, names_fig2[c], CATEGORY_COLORS[c]) for c in _CATS[:-1]]
     segments.append(("rest", "not broken down (paper)", REST_COLOR))
     for c, label, color in segments:
         vals = [100 * bar.get(c, 0.0) for _, bar in bars]
@@ -311,7 +333,8 @@ def rate_figure(rates: Sequence[float], batches: Mapping[str, Sequence[float]],
 
 def block_size_figure(block_sizes: Sequence[int], waste: Sequence[float], batch: Sequence[float],
                       title: str = "Paging: waste and batch against block size") -> go.Figure:
-    """Waste (% of memory in use not holding token states) and mean batch per block size."""
+    """Waste (% of memory in use not holding token states) and mean batch per block size; both
+    axes start at 0, so each quantity's change reads as its share of the whole."""
     fig = make_subplots(specs=[[{"secondary_y": True}]])
     xs = [str(b) for b in block_sizes]
     fig.add_trace(go.Bar(x=xs, y=[round(100 * w, 2) for w in waste], name="waste (% of memory in use)",
@@ -321,8 +344,9 @@ def block_size_figure(block_sizes: Sequence[int], waste: Sequence[float], batch:
     fig.update_layout(title=title, height=380, margin=dict(l=60, r=60, t=50, b=50),
                       legend=dict(orientation="h", y=-0.25), xaxis_title="block size (slots)")
     fig.update_yaxes(title_text="waste (%)", secondary_y=False)
-    # plotly syncs a secondary axis to the primary's grid (ticks like 24.3, 26.0): give it its own
-    ticks, fmt = nice_ticks(min(batch), max(batch))
+    # plotly syncs a secondary axis to the primary's grid (ticks like 24.3, 26.0): give it its own.
+    # From 0, like the bars: an axis cut at the smallest batch drew a 21% drop as a collapse.
+    ticks, fmt = nice_ticks(0, max(batch))
     fig.update_yaxes(title_text="mean running requests", secondary_y=True, showgrid=False, tickmode="array",
                      tickvals=ticks, ticktext=[f"{t:{fmt}}" for t in ticks], range=[ticks[0], ticks[-1]])
     return fig
@@ -345,20 +369,40 @@ def nice_ticks(lo: float, hi: float, target: int = 5) -> tuple[list[float], str]
     return ticks, f".{decimals}f"
 
 
-def length_histogram(traces: Mapping[str, object], bin_tokens: int = 32, max_tokens: int = 2048,
+def length_histogram(traces: Mapping[str, object], bins_per_octave: int = 2, max_tokens: int = 2048,
                      title: str = "Prompt and output lengths") -> go.Figure:
-    """Share of requests per ``bin_tokens``-wide length bin, prompts and outputs of each trace
-    (binned here, so the page carries counts, not every request)."""
+    """Share of requests per length bin, prompts and outputs of each trace, on a log length axis.
+
+    Bins are ``bins_per_octave`` per doubling of the length (edges ``2**(k / bins_per_octave)``
+    tokens, rounded, from the power of two at or below the shortest length to ``max_tokens``; more
+    bins per doubling would hold uneven numbers of integer lengths and draw a jagged outline),
+    drawn as filled steps: lengths are log-normal, so on this
+    axis a short-request trace (Alpaca-like, mean ~20 tokens) and a long one (ShareGPT-like) both
+    show their shape; on a linear axis with equal bins the short one was one tall bar. Binned
+    here, so the page carries counts, not every request.
+    """
     fig = make_subplots(rows=1, cols=2, subplot_titles=("prompt (tokens)", "output (tokens)"), shared_yaxes=True)
-    edges = np.arange(0, max_tokens + bin_tokens, bin_tokens)
+    shortest = min(int(min(tr.prompt_len.min(), tr.output_len.min())) for tr in traces.values())
+    first = int(np.floor(np.log2(max(shortest, 1))))
+    octaves = int(np.ceil(np.log2(max_tokens))) - first
+    edges = np.unique(np.round(2.0 ** (first + np.arange(octaves * bins_per_octave + 1) / bins_per_octave)))
     for i, (label, tr) in enumerate(traces.items()):
         color = COLORS[i % len(COLORS)]
         for col, lengths in ((1, tr.prompt_len), (2, tr.output_len)):
             counts, _ = np.histogram(lengths, edges)
+            share = np.round(100 * counts / len(lengths), 3)
             what = "prompts" if col == 1 else "outputs"
-            fig.add_trace(go.Bar(x=edges[:-1] + bin_tokens / 2, y=np.round(100 * counts / len(lengths), 3),
-                                 width=bin_tokens, name=f"{label} {what} (mean {lengths.mean():.0f})",
-                                 marker_color=color, opacity=0.6 if col == 1 else 0.45), row=1, col=col)
-    fig.update_layout(barmode="overlay", title=title, height=360, margin=dict(l=60, r=20, t=60, b=50),
+            fig.add_trace(go.Scatter(x=edges, y=np.append(share, share[-1]), mode="lines", line_shape="hv",
+                                     fill="tozeroy", line=dict(color=color, width=1.5), opacity=0.7,
+                                     name=f"{label} (mean {tr.prompt_len.mean():.0f} / {tr.output_len.mean():.0f})",
+                                     legendgroup=label, showlegend=col == 1,
+                                     hovertemplate=f"{label} {what}<br>from %{{x}} tokens: %{{y}}%<extra></extra>"),
+                          row=1, col=col)
+    ticks = [int(2 ** k) for k in range(first, int(np.log2(edges[-1])) + 1, 2)]
+    fig.update_xaxes(type="log", range=[np.log10(edges[0]), np.log10(edges[-1])], tickvals=ticks,
+                     ticktext=[str(t) for t in ticks])
+    fig.update_layout(title=f"{title}<br><sup>log length axis, {bins_per_octave} bins per doubling; "
+                            "legend: mean prompt / output</sup>",
+                      height=380, margin=dict(l=60, r=20, t=80, b=50),
                       legend=dict(orientation="h", y=-0.2), yaxis_title="% of requests")
     return fig

@@ -69,8 +69,49 @@ def test_nice_ticks_and_block_size_axis():
     assert nice_ticks(24.3, 24.9)[0] == [24.2, 24.4, 24.6, 24.8, 25.0]
     fig = block_size_figure([1, 16, 256], [0.001, 0.02, 0.2], [27.12, 26.5, 20.84])
     right = fig.layout.yaxis2
-    assert list(right.tickvals) == [20.0, 22.0, 24.0, 26.0, 28.0] and list(right.ticktext) == ["20", "22", "24", "26", "28"]
-    assert tuple(right.range) == (20.0, 28.0)
+    # from 0, as the bars are: an axis from the smallest batch drew a 23% drop as a collapse
+    assert list(right.tickvals) == [0.0, 10.0, 20.0, 30.0]
+    assert list(right.ticktext) == ["0", "10", "20", "30"] and tuple(right.range) == (0.0, 30.0)
+    assert fig.layout.yaxis.range is None or fig.layout.yaxis.range[0] == 0  # the bars' axis: plotly's, from 0
+
+
+def test_strip_legend_starts_at_the_figure_edge():
+    """At 400 px the row labels leave the plot ~200 px: a legend anchored to the plot went one
+    entry a row, over the title; anchored to the figure, it has the whole width."""
+    from paged_kv.viz.fragmentation import strip_figure
+    tr = trace_from_rows([(0, 2, 6), (1, 1, 2)])
+    fig = strip_figure({"a long run label": simulate(tr, OrcaOracle(8, 8), layout_times=range(3)).layouts})
+    assert fig.layout.legend.xref == "container" and fig.layout.legend.x < 0.05
+
+
+def test_length_histogram_bins_by_octave_and_keeps_every_request():
+    from paged_kv.sim import synthetic_trace
+    from paged_kv.viz.fragmentation import length_histogram
+    trs = {"long": synthetic_trace(300, 2.0, "sharegpt", seed=0), "short": synthetic_trace(300, 2.0, "alpaca", seed=0)}
+    fig = length_histogram(trs, bins_per_octave=2)  # the default
+    assert fig.layout.xaxis.type == "log" and fig.layout.xaxis2.type == "log"
+    prompts = [t for t in fig.data if t.xaxis == "x"]
+    assert [t.name.split(" (")[0] for t in prompts] == ["long", "short"]
+    for t, tr in zip(prompts, trs.values()):
+        edges, share = np.asarray(t.x), np.asarray(t.y)[:-1]
+        assert np.allclose(np.diff(np.log2(edges[edges >= 4])), 0.5, atol=0.1)  # two bins per doubling
+        assert share.sum() == pytest.approx(100, abs=0.01)  # every request in one bin
+        # brute force: the share of requests in each bin, counted one request at a time
+        k = np.searchsorted(edges, 5.5, side="right") - 1
+        inside = sum(1 for n in tr.prompt_len if edges[k] <= n < edges[k + 1])
+        assert share[k] == pytest.approx(100 * inside / len(tr.prompt_len), abs=1e-3)
+    # the short trace's tallest bin no longer dwarfs the long one's (it was 88% against 19%)
+    assert max(prompts[1].y) < 3 * max(prompts[0].y)
+
+
+def test_step_rows_add_up_to_the_pool():
+    from paged_kv.viz.fragmentation import step_rows
+    res = simulate(trace_from_rows([(0, 2, 6), (1, 1, 2)]), OrcaOracle(10, 8), check=True)
+    header, rows = step_rows(res)
+    assert header[:3] == ["step", "running", "waiting"] and len(header) == 8
+    assert [r[0] for r in rows] == list(range(res.num_steps))
+    assert all(sum(r[3:]) == 10 for r in rows)  # the five categories cover the pool, every step
+    assert rows[1][1:3] == [1, 1]  # step 1: request 0 runs, request 1 waits
 
 
 # --- strips you can count: colours, gaps, borders; Fig. 2 paired bars --------------------------
