@@ -5,8 +5,11 @@ Reproducible: fixed seed, fixed step count, data split as nanoGPT's char-level e
 
     python scripts/train_tiny.py --data ../shared/data/tinyshakespeare.txt
 
-It prints the held-out loss in nats per byte (one token = one byte) and a greedy sample, and
-writes them into the model card.  About 15-20 minutes on 2 CPU cores.
+It prints the held-out loss in nats per byte (one token = one byte), the same loss per band of
+positions, and a greedy sample, and writes them into the model card.  The model's ``max_seq_len``
+is the training window (``--ctx``), so the engine admits no sequence longer than the model was
+trained on (what the loss does past it: ``scripts/position_loss.py --beyond 512``).  About 15-20
+minutes on 2 idle CPU cores.
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from paged_kv.decoding import generate  # noqa: E402
 from paged_kv.model import ByteTokenizer, ModelConfig, TinyLlama, load_checkpoint, save_checkpoint  # noqa: E402
+from paged_kv.model.evaluation import loss_by_position  # noqa: E402
+from position_loss import BAND, band_table  # noqa: E402  (scripts/, beside this file)
 
 
 def batches(data: torch.Tensor, batch: int, ctx: int, g: torch.Generator):
@@ -34,20 +39,12 @@ def batches(data: torch.Tensor, batch: int, ctx: int, g: torch.Generator):
         yield x, y
 
 
-@torch.no_grad()
 def held_out_loss(model: TinyLlama, data: torch.Tensor, ctx: int, max_windows: int = 400) -> float:
-    """Mean cross-entropy (nats/byte) over non-overlapping windows of the held-out split."""
-    model.eval()
-    n = min(max_windows, (len(data) - 1) // ctx)
-    x = torch.stack([data[i * ctx:(i + 1) * ctx] for i in range(n)])
-    y = torch.stack([data[i * ctx + 1:(i + 1) * ctx + 1] for i in range(n)])
-    total = 0.0
-    for i in range(0, n, 50):
-        logits = model(x[i:i + 50])
-        total += F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y[i:i + 50].reshape(-1),
-                                 reduction="sum").item()
-    model.train()
-    return total / (n * ctx)
+    """Mean cross-entropy (nats/byte) over non-overlapping windows of the held-out split (the mean
+    of :func:`~paged_kv.model.evaluation.loss_by_position`'s equal bands)."""
+    bands = loss_by_position(model, data, ctx, band=ctx, max_windows=max_windows)
+    return bands[0].loss
+
 
 
 def main() -> None:
@@ -67,7 +64,7 @@ def main() -> None:
     split = int(0.9 * len(data))
     train, val = data[:split], data[split:]
     cfg = ModelConfig(vocab_size=256, hidden_size=256, num_layers=4, num_heads=4, num_kv_heads=2,
-                      intermediate_size=768, max_seq_len=512, tie_embeddings=True)
+                      intermediate_size=768, max_seq_len=args.ctx, tie_embeddings=True)  # its context = its window
     model = TinyLlama(cfg)
     print(f"params: {sum(p.numel() for p in model.parameters()):,} ({cfg.num_parameters():,} by formula)")
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.1)
@@ -93,9 +90,12 @@ def main() -> None:
     shipped = load_checkpoint(args.out)
     val_loss = held_out_loss(shipped, val, args.ctx)
     train_loss = held_out_loss(shipped, train[-len(val):], args.ctx)
+    table, _ = band_table(shipped, val, args.ctx, BAND, 400)
     tok = ByteTokenizer()
-    sample = generate(shipped, [tok.encode("ROMEO:\n")], max_new_tokens=300).texts(tok)[0]
+    prompt = tok.encode("ROMEO:\n")
+    sample = generate(shipped, [prompt], max_new_tokens=args.ctx - len(prompt)).texts(tok)[0]  # the whole context
     print(f"held-out loss {val_loss:.4f} nats/byte; train-split loss {train_loss:.4f}")
+    print(table)
     print(sample)
     card = Path(args.out) / "MODEL_CARD.md"
     card.write_text(f"""# Model card: tiny-shakespeare
@@ -110,10 +110,18 @@ language model.
   batch {args.batch} x {args.ctx} bytes, peak lr {args.lr}, cosine decay; {train_secs / 60:.1f} min
   on 2 CPU cores.
 - **Stored**: fp16 safetensors ({path.stat().st_size / 1e6:.1f} MB); `config.json` beside it.
+- **Context**: `max_seq_len` {args.ctx} tokens (bytes), the training window; the engine refuses a
+  longer sequence (prompt + `max_tokens`).
 - **Held-out loss**: {val_loss:.4f} nats/byte ({val_loss / math.log(2):.3f} bits/byte), measured on
   the shipped fp16 weights over {min(400, (len(val) - 1) // args.ctx)} windows of {args.ctx} bytes;
   same measure on the end of the train split: {train_loss:.4f}.
-- **Greedy sample** from the prompt `ROMEO:\\n`:
+- **Held-out loss by position**, over the same windows, in bands of {BAND} positions
+  (`python scripts/position_loss.py` prints it for the shipped weights; the first positions
+  predict from the least context, so their loss is the highest):
+
+{table}
+
+- **Greedy sample** from the prompt `ROMEO:\\n`, to the end of the context ({args.ctx} bytes in all):
 
 ```text
 {sample}
