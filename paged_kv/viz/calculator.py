@@ -30,7 +30,7 @@ from .palette import COLORS
 __all__ = ["BEYOND_MARK", "CALC_COLUMNS", "CALC_CONTEXTS", "CALC_HEADERS", "DASH", "GREY", "HIGHLIGHT", "MARKER_COLOR",
            "NO_ROOM", "calculator_data", "calculator_figure", "gpu_memory_figure", "gpu_memory_parts"]
 
-CALC_CONTEXTS = [512, *CONTEXTS]  # 512: the bundled tiny model's whole context
+CALC_CONTEXTS = [256, *CONTEXTS]  # 256: the bundled tiny model's whole context (max_seq_len)
 GREY = "#A0A0A0"
 BEYOND_MARK = " †"  # a row beyond the model's maximum context (short: one line on a phone)
 CALC_COLUMNS = ["context (tokens)", "KV / sequence", "share of one GPU", "max batch",

@@ -261,8 +261,13 @@ def test_errors(tiny):
         e.add_request([300])
     with pytest.raises(PromptError, match="empty"):
         e.add_request([])
+    ctx = model.cfg.max_seq_len            # the model's context, tokens: prompt + max_tokens fit it
+    with pytest.raises(PromptError, match=f"prompt {ctx - 19} \\+ max_tokens 20 tokens exceed the model's max_seq_len {ctx}"):
+        e.add_request([1] * (ctx - 19), SamplingParams(max_tokens=20))   # one token past the context
     with pytest.raises(PromptError, match="max_seq_len"):
-        e.add_request([1] * 500, SamplingParams(max_tokens=20))
+        e.add_request([1] * (ctx + 1), SamplingParams(max_tokens=1))
+    roomy = engine(model, num_gpu_blocks=ctx // 4 + 1)                  # a pool that holds the context
+    assert roomy.check_admissible([1] * (ctx - 20), SamplingParams(max_tokens=20)) is None  # exactly the context
     with pytest.raises(ConfigError, match="one of them"):
         EngineConfig()
     with pytest.raises(AdmissionError):
@@ -298,7 +303,7 @@ def test_errors_a_student_meets(tiny):
     with pytest.raises(ConfigError, match="num_blocks=1000000000 .* cannot be allocated"):
         LLMEngine(model, EngineConfig(block_size=4, num_gpu_blocks=10**9))
     # a max_model_len the model has no positions for is refused at once, not when a long prompt comes
-    with pytest.raises(ConfigError, match="max_model_len = 1,000,000 .* max_seq_len 512"):
+    with pytest.raises(ConfigError, match=f"max_model_len = 1,000,000 .* max_seq_len {model.cfg.max_seq_len:,}"):
         LLMEngine(model, EngineConfig(num_gpu_blocks=16, max_model_len=10**6))
     assert LLMEngine(model, EngineConfig(num_gpu_blocks=16, max_model_len=model.cfg.max_seq_len))
     for bad, words in ((dict(max_model_len="512"), "max_model_len .* got '512'"), (dict(max_model_len=1e9), "1000000000.0"),
@@ -317,7 +322,8 @@ def test_generate_queues_nothing_when_a_later_prompt_is_too_long(tiny):
     """Found by a new-user trial: the first prompt used to be queued, and ran in the next call."""
     model, tok = tiny
     e = engine(model, tok, num_gpu_blocks=400)
-    with pytest.raises(PromptError, match="600 .* max_seq_len 512"):
+    assert model.cfg.max_seq_len < 600
+    with pytest.raises(PromptError, match=f"600 .* max_seq_len {model.cfg.max_seq_len}"):
         e.generate(["short", "x" * 600], SamplingParams(max_tokens=4))
     assert not e.has_unfinished_requests() and e.outputs() == []
     (out,) = e.generate(["again"], SamplingParams(max_tokens=3))

@@ -49,3 +49,16 @@ def test_missing_files_and_mismatched_keys_raise(small_model, tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(ConfigError, match="checkpoint keys differ from the config"):
         load_checkpoint(tmp_path)
+
+
+def test_the_model_card_states_the_context_and_its_loss_per_position():
+    """The card's per-position table covers exactly the context the config declares (its numbers
+    come from scripts/position_loss.py on the shipped weights; this checks their frame, cheaply)."""
+    import re
+    cfg = ModelConfig.from_json(weights_dir() / "config.json")
+    card = (weights_dir() / "MODEL_CARD.md").read_text()
+    assert f"`max_seq_len` {cfg.max_seq_len} tokens" in card
+    inside = card.split("**Held-out loss by position**")[1].split("**Past the context**")[0]
+    bands = [(int(a), int(b)) for a, b in re.findall(r"^\| (\d+)–(\d+) \|", inside, re.M)]
+    assert bands[0][0] == 0 and bands[-1][1] == cfg.max_seq_len - 1
+    assert all(b[0] == a[1] + 1 for a, b in zip(bands, bands[1:]))   # contiguous, no gap

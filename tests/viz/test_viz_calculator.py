@@ -2,13 +2,14 @@
 numbers it shows equal paged_kv.memory's, the static calculator's three controls stay consistent,
 and it works in headless Chromium with no kernel."""
 
+import json
 import shutil
 from pathlib import Path
 
 import pytest
 
 from paged_kv import memory
-from paged_kv.defaults import BLOCK_SIZE
+from paged_kv.defaults import BLOCK_SIZE, bundled_weights_dir
 from paged_kv.units import GiB
 from paged_kv.viz import calculator as vc
 
@@ -98,16 +99,20 @@ def test_static_calculator_highlight_and_marker_differ_from_every_series(calc_da
 
 
 def test_static_calculator_small_sizes_in_mib_and_beyond_max_rows():
-    data = vc.calculator_data(["tiny"], ["T4"], contexts=[256, 512, 1024], tps=(1, 2, 4))
     spec = memory.model_preset("tiny")
-    assert spec.max_position == 512 and spec.num_params < 2**30 // 2  # weights well under 1 GiB
+    ctx = spec.max_position                     # the bundled model's context (its config.json)
+    assert ctx == json.loads((bundled_weights_dir() / "config.json").read_text())["max_seq_len"]
+    data = vc.calculator_data(["tiny"], ["T4"], contexts=[ctx // 2, ctx, 4 * ctx], tps=(1, 2, 4))
+    assert spec.num_params < 2**30 // 2  # weights well under 1 GiB
+    assert vc.CALC_CONTEXTS[0] == ctx   # the static calculator's first row: the tiny model's whole context
     fig = vc.calculator_figure(data, context_index=0)
     note = fig.layout.annotations[0].text
     mib, mb = spec.num_params * 2 / 2**20, spec.num_params * 2 / 10**6  # fp16 weights
     assert f"{mib:,.2f} MiB ({mb:,.2f} MB)" in note and "0.0 GiB" not in note
     table = [t for t in fig.data if t.type == "table" and t.visible][0]
     per_seq = _column(table.cells.values, "KV / sequence")
-    assert per_seq[1] == f"{512 * memory.kv_bytes_per_token(spec) / 2**20:.3g} MiB"
+    kv = ctx * memory.kv_bytes_per_token(spec)   # under 1 MiB in KiB, else MiB (256 tokens: 512 KiB)
+    assert per_seq[1] == (f"{kv / 2**10:.3g} KiB" if kv < 2**20 else f"{kv / 2**20:.3g} MiB")
     assert per_seq[2] == vc.DASH and vc.BEYOND_MARK in _column(table.cells.values, "context (tokens)")[2]
     lines = [t for t in fig.data if t.type == "scatter" and t.visible and t.meta["kind"] == "line"]
     assert all(t.y[2] is None for t in lines)  # no point beyond the model's maximum
@@ -143,8 +148,10 @@ def test_live_calculator_flags_contexts_beyond_the_model_and_small_sizes():
     assert "beyond" not in calc.text.value and "4,096 tokens" in calc.text.value
     calc.seq_len.value = 8192  # meta-llama/Llama-2-7b-hf declares 4,096
     assert "beyond the model's maximum context of 4,096" in calc.text.value
-    calc.model.value, calc.seq_len.value = "tiny", 512
-    per_seq = 512 * memory.kv_bytes_per_token("tiny")
+    ctx = memory.model_preset("tiny").max_position
+    calc.model.value, calc.seq_len.value = "tiny", 2 * ctx     # past its context: flagged, still sized
+    assert f"beyond the model's maximum context of {ctx:,}" in calc.text.value
+    per_seq = 2 * ctx * memory.kv_bytes_per_token("tiny")
     assert f"{per_seq / 2**20:,.2f} MiB ({per_seq / 10**6:,.2f} MB)" in calc.text.value
 
 
