@@ -202,10 +202,10 @@ def strip_figure(runs: Mapping[str, Sequence], title: str = "", max_bins: int = 
                       yaxis=dict(autorange="reversed", showgrid=False, zeroline=False, tickmode="array",
                                  tickvals=list(range(len(ylabels))), ticktext=ylabels),
                       plot_bgcolor="white",
-                      # x from the figure's left edge, not the plot's: on a phone the long row
-                      # labels leave the plot ~200 px, where the legend went one entry a row
-                      legend=dict(orientation="h", y=1.02, yanchor="bottom", xref="container", x=0.01,
-                                  xanchor="left", font=dict(size=11)))
+                      # on the plot's left edge: a legend anchored to the figure's edge pushes the
+                      # margin by its own width (on a phone the strips kept ~150 px)
+                      legend=dict(orientation="h", y=1.02, yanchor="bottom", x=0, xanchor="left",
+                                  font=dict(size=11)))
     most = max(len(border_shapes(runs, i)) for i in range(n)) if borders and replay else 0
     fig.update_layout(shapes=border_shapes(runs, active, most) if borders else [])
     if replay and n > 1:

@@ -75,13 +75,16 @@ def test_nice_ticks_and_block_size_axis():
     assert fig.layout.yaxis.range is None or fig.layout.yaxis.range[0] == 0  # the bars' axis: plotly's, from 0
 
 
-def test_strip_legend_starts_at_the_figure_edge():
-    """At 400 px the row labels leave the plot ~200 px: a legend anchored to the plot went one
-    entry a row, over the title; anchored to the figure, it has the whole width."""
+def test_strip_rows_leave_the_legend_room_on_a_phone():
+    """At 400 px one-line row labels ("Oracle, first-fit · category") left the plot, and so the
+    legend, ~150 px: one entry a row, over the title. Labels on two lines, and a legend on the
+    plot's edge (one on the figure's edge pushes the margin by its own width)."""
     from paged_kv.viz.fragmentation import strip_figure
     tr = trace_from_rows([(0, 2, 6), (1, 1, 2)])
-    fig = strip_figure({"a long run label": simulate(tr, OrcaOracle(8, 8), layout_times=range(3)).layouts})
-    assert fig.layout.legend.xref == "container" and fig.layout.legend.x < 0.05
+    fig = strip_figure({"Oracle, first-fit": simulate(tr, OrcaOracle(8, 8), layout_times=range(3)).layouts})
+    assert list(fig.layout.yaxis.ticktext) == ["Oracle, first-fit ·<br>request", "Oracle, first-fit ·<br>category"]
+    assert fig.layout.legend.xref in (None, "paper") and fig.layout.legend.x == 0
+    assert fig.data[0].customdata[1][0] == "Oracle, first-fit · category"   # hover text on one line
 
 
 def test_length_histogram_bins_by_octave_and_keeps_every_request():
