@@ -88,6 +88,35 @@ def test_goals_and_time_are_what_students_read(name):
 
 
 @pytest.mark.parametrize("name", NAMES)
+def test_predictions_are_written_before_the_tests_that_answer_them(name):
+    """A "predict" question is followed at once by a cell where the student writes the prediction
+    (not graded); the visible test that checks the predicted case comes after it and prints it."""
+    cells = built(name).cells
+    for i, cell in enumerate(cells):
+        if cell.cell_type != "markdown" or "predict" not in cell.source.lower():
+            continue
+        nxt = next(c for c in cells[i + 1:] if c.cell_type == "code")
+        found = re.search(r"^(predicted_\w+) = ", nxt.source, re.M)
+        assert "nbgrader" not in nxt.metadata and found, f"{name}: no prediction cell right after {cell.source[:80]!r}"
+        printed = [k for k, c in enumerate(cells) if f'globals().get("{found.group(1)}")' in c.source]
+        assert printed and all(cells[k].metadata.get("nbgrader", {}).get("grade") for k in printed), found.group(1)
+        assert min(printed) > cells.index(nxt)
+
+
+REWEIGHTED_LATER = {"a3_blocks", "a4_paged_kernel", "a5_copy_on_write"}   # their tests are being reworked (issue 25)
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason="not reweighted yet"))
+                                  if n in REWEIGHTED_LATER else n for n in NAMES])
+def test_hidden_tests_weigh_more_than_visible_ones(name):
+    """An answer that hard-codes the visible tests' values keeps less than half of a task's points."""
+    points = {}
+    for task, _, p, hidden in course.graded_cells(built(name)):
+        points.setdefault(task, [0.0, 0.0])[hidden] += p
+    assert points and all(hidden > visible for visible, hidden in points.values()), points
+
+
+@pytest.mark.parametrize("name", NAMES)
 def test_committed_release_has_no_solutions_and_no_hidden_tests(name):
     text = (ROOT / "assignments" / "release" / name / f"{name}.ipynb").read_text()
     assert MARKER not in text and "BEGIN HIDDEN TESTS" not in text and "BEGIN SOLUTION" not in text
