@@ -59,6 +59,7 @@ def score_of(student, task, points, hidden):
 
 @pytest.fixture(scope="module")
 def course_dir(tmp_path_factory):
+    import nbgrader.api
     from nbgrader.api import Gradebook
 
     root = tmp_path_factory.mktemp("gradebook_course")
@@ -66,7 +67,12 @@ def course_dir(tmp_path_factory):
     (root / "source" / A).mkdir(parents=True)
     shutil.copy(ROOT / "assignments" / "source" / A / f"{A}.md", root / "source" / A)
     (root / "canvas_export.csv").write_text(ROSTER)
-    students = course.add_roster(root / "canvas_export.csv", root)
+    with pytest.MonkeyPatch.context() as mp:
+        # A new gradebook records its schema version, which nbgrader asks a subprocess for
+        # (`alembic heads`: about 5 s of CPU); nothing here migrates the schema, and
+        # test_grading.py creates its gradebook the real way.
+        mp.setattr(nbgrader.api, "get_alembic_version", lambda: "not-migrated")
+        students = course.add_roster(root / "canvas_export.csv", root)
     # The gradebook as nbgrader leaves it after autograding: the assignment's graded cells, one
     # submission per student, a score per cell (or none).
     cells = source_cells()
