@@ -110,6 +110,12 @@ MISTAKES = {
          "            else:\n"
          "                self.queue.insert(0, block_id)      # empty: handed out before any cached block\n",
          "            self.queue.append(block_id)\n", {"free_list_tests", "free_list_hidden"}),
+        ("a partial last block hashed, so cached while its contents still change",
+         "    for i in range(len(token_ids) // block_size):\n", "    for i in range(-(-len(token_ids) // block_size)):\n",
+         {"chain_hashes_tests", "chain_hashes_hidden"}),
+        ("a block just matched left on the free list (the next allocate() evicts it)",
+         "        if self.refs[block_id] == 0:\n            self.queue.remove(block_id)\n", "",
+         {"free_list_tests", "free_list_hidden"}),
     ],
 }
 # Submissions delivered through an LMS export (Canvas names), collected by `nbgrader zip_collect`.
@@ -349,3 +355,24 @@ def test_released_notebooks_run_as_on_colab(tmp_path):
                     f"{a}: {meta['grade_id']}: {errors[0].ename}: {errors[0].evalue}"
             elif not meta.get("solution"):
                 assert not errors, f"{a}: cell {meta.get('grade_id', c.id)} failed: {errors[0].evalue if errors else ''}"
+
+
+def test_export_after_grading_keeps_the_late_mark_and_the_totals(course_dir):
+    """`course.py export` on the graded course: the LMS's late mark read back from what
+    zip_collect unpacked, each graded total as course.grade found it, nothing for the notebook
+    that was not graded (the gradebook-level cases are in test_gradebook.py)."""
+    import csv
+
+    root, results = course_dir["root"], course_dir["results"]["a3_blocks"]
+    paths = course.export("a3_blocks", root)
+    with open(paths["scores"], newline="") as f:
+        rows = {r["student_id"]: r for r in csv.DictReader(f)}
+    assert {s: r["late"] for s, r in rows.items() if s in ("1001", "1002", "1003")} == \
+        {"1001": "", "1002": "late", "1003": ""}
+    for student, r in results.items():
+        if r.status == "graded":
+            assert float(rows[student]["total"]) == r.score and rows[student]["status"] == "graded", student
+    assert rows["stripped"]["status"] == "not graded" and rows["stripped"]["total"] == ""
+    with open(paths["lms"], newline="") as f:
+        lms = {r["ID"]: r["a3_blocks"] for r in csv.DictReader(f)}
+    assert lms["stripped"] == "" and float(lms["1002"]) == results["1002"].score
