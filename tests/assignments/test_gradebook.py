@@ -1,7 +1,7 @@
 """The teacher's loop around grading, without running a notebook: the class list into the
 gradebook, the export with per-task scores, late marks and "not graded", the LMS import file and
 the feedback archive; and every command the teacher guide gives, checked against what
-``make install`` provides.
+``make install`` provides (``assignments/gradebook.py``, ``course.py``'s command line).
 
 A fake class of three (Canvas's file names and gradebook export): Jane Doe, full marks; John Roe,
 late, the visible tests' points only; Anne Poe, one task not graded (its cells have no score, as a
@@ -25,6 +25,7 @@ from conftest import ROOT
 
 sys.path.insert(0, str(ROOT / "assignments"))
 import course  # noqa: E402
+import gradebook  # noqa: E402
 
 A = "a7_prefix_caching"
 ROSTER = """Student,ID,SIS User ID,SIS Login ID,Section,Assignment 7 (777)
@@ -72,7 +73,7 @@ def course_dir(tmp_path_factory):
         # (`alembic heads`: about 5 s of CPU); nothing here migrates the schema, and
         # test_grading.py creates its gradebook the real way.
         mp.setattr(nbgrader.api, "get_alembic_version", lambda: "not-migrated")
-        students = course.add_roster(root / "canvas_export.csv", root)
+        students = gradebook.add_roster(root / "canvas_export.csv", root)
     # The gradebook as nbgrader leaves it after autograding: the assignment's graded cells, one
     # submission per student, a score per cell (or none).
     cells = source_cells()
@@ -94,7 +95,9 @@ def course_dir(tmp_path_factory):
         (root / "submitted" / s / A / f"{A}.ipynb").write_text("{}")
         (root / "feedback" / s / A).mkdir(parents=True)
         (root / "feedback" / s / A / f"{A}.html").write_text(f"<p>feedback of {s}</p>")
-    paths = course.export(A, root, column="Assignment 7 (777)")
+    (root / "submitted" / "9999" / A).mkdir(parents=True)   # handed in, never graded, not on the class list
+    (root / "submitted" / "9999" / A / f"{A}.ipynb").write_text("{}")
+    paths = gradebook.export(A, root, column="Assignment 7 (777)")
     return {"root": root, "students": students, "paths": paths, "cells": cells}
 
 
@@ -117,19 +120,19 @@ def test_roster_puts_names_into_the_gradebook(course_dir):
 def test_roster_formats_and_errors(tmp_path):
     plain = tmp_path / "plain.csv"
     plain.write_text("id,first_name,last_name,email\nab12,Ada,Byron,ada@example.org\ncd34,Alan,Turing,\n")
-    columns, students = course.read_roster(plain)
+    columns, students = gradebook.read_roster(plain)
     assert columns == ["id", "first_name", "last_name", "email"]
     assert [(s.id, s.first_name, s.last_name, s.email) for s in students] == \
         [("ab12", "Ada", "Byron", "ada@example.org"), ("cd34", "Alan", "Turing", "")]
     spaced = tmp_path / "spaced.csv"
     spaced.write_text("Name,Username\nGrace Brewster Hopper,gh\n")
-    assert [(s.first_name, s.last_name) for s in course.read_roster(spaced)[1]] == [("Grace Brewster", "Hopper")]
+    assert [(s.first_name, s.last_name) for s in gradebook.read_roster(spaced)[1]] == [("Grace Brewster", "Hopper")]
     (tmp_path / "noid.csv").write_text("Student,Section\n\"Doe, Jane\",A\n")
     with pytest.raises(ValueError, match="no id column"):
-        course.read_roster(tmp_path / "noid.csv")
+        gradebook.read_roster(tmp_path / "noid.csv")
     (tmp_path / "twice.csv").write_text("id,name\n7,A\n7,B\n")
     with pytest.raises(ValueError, match="listed twice"):
-        course.read_roster(tmp_path / "twice.csv")
+        gradebook.read_roster(tmp_path / "twice.csv")
 
 
 def test_scores_per_task_late_and_not_graded(course_dir):
@@ -142,7 +145,9 @@ def test_scores_per_task_late_and_not_graded(course_dir):
     assert header[6:-2] == [f"{t} ({sum(p for u, _, p, _ in cells if u == t)})" for t in tasks]
     assert header[-2:] == ["total", "max_score"]
     by_id = {r[0]: dict(zip(header, r)) for r in rows[1:]}
-    assert list(by_id) == ["1001", "1002", "1003"]
+    assert list(by_id) == ["1001", "1002", "1003", "9999"]
+    stranger = by_id.pop("9999")
+    assert stranger["status"] == "not graded" and stranger["total"] == "" and stranger["last_name"] == ""
     for s, row in by_id.items():
         for t in tasks:
             scores = [score_of(s, t, p, h) for u, _, p, h in cells if u == t]
@@ -177,10 +182,11 @@ def test_feedback_archive_one_file_per_student_named_as_the_submission(course_di
 
 
 def test_export_report_names_who_needs_a_look(course_dir):
-    text = course.export_report(A, course_dir["root"])
+    text = gradebook.export_report(A, course_dir["root"])
     assert f"not graded: {NOT_GRADED_TASK}" in text
     lines = {line.split()[0]: line for line in text.splitlines()[1:] if line.startswith("  ")}
-    assert set(lines) == {"1002", "1003"} and "late" in lines["1002"] and "Anne Poe" in lines["1003"]
+    assert set(lines) == {"1002", "1003", "9999"} and "late" in lines["1002"] and "Anne Poe" in lines["1003"]
+    assert "not graded" in lines["9999"] and "not on the roster" in lines["9999"]
 
 
 # ---------------------------------------------------------------------------------------------------

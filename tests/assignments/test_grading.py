@@ -363,8 +363,10 @@ def test_export_after_grading_keeps_the_late_mark_and_the_totals(course_dir):
     that was not graded (the gradebook-level cases are in test_gradebook.py)."""
     import csv
 
+    import gradebook
+
     root, results = course_dir["root"], course_dir["results"]["a3_blocks"]
-    paths = course.export("a3_blocks", root)
+    paths = gradebook.export("a3_blocks", root)
     with open(paths["scores"], newline="") as f:
         rows = {r["student_id"]: r for r in csv.DictReader(f)}
     assert {s: r["late"] for s, r in rows.items() if s in ("1001", "1002", "1003")} == \
