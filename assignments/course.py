@@ -335,8 +335,12 @@ def suspicious_code(nb, released) -> list[Problem]:
         for k, line in enumerate(lines, 1):
             code = line.split("#")[0]
             found += [(k, why) for pattern, why in SUSPICIOUS if re.search(pattern, code)]
+        by_reason = {}
         for k, why in sorted(set(found)):
-            problems.append(Problem("suspicious code", f"{where}, line {k}: `{lines[k - 1].strip()[:100]}`: {why}"))
+            by_reason.setdefault(why, []).append(k)
+        for why, at in by_reason.items():
+            problems.append(Problem("suspicious code", f"{where}, line{'s' if len(at) > 1 else ''} "
+                                    f"{', '.join(map(str, at))}: `{lines[at[0] - 1].strip()[:100]}`: {why}"))
     return problems
 
 

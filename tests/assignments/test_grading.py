@@ -182,7 +182,7 @@ FAULTS = [
     ("crash-and-loop", "a3_blocks", "solved", {"blocks_needed": CRASH, "append_slot":
         "def append_slot(table, allocator):\n    while True:\n        pass"},
      {"blocks_needed_tests", "blocks_needed_hidden", "append_slot_tests", "append_slot_hidden"}),
-    ("fake-task", "a3_blocks", "stub", {"append_slot": "+" + FAKE_TASK}, "all"),
+    ("fake-task", "a3_blocks", "stub", {"blocks_needed": "+" + FAKE_TASK}, "all"),
     ("frames-and-source", "a3_blocks", "solved", {"blocks_needed": FRAME_READER, "allocator": PACKAGE_SOURCE},
      {"blocks_needed_tests", "blocks_needed_hidden", "free_list_tests", "free_list_hidden", "ref_count_tests",
       "ref_count_hidden"}),
@@ -367,8 +367,9 @@ def write_score_table(names, results, timings):
         total = lambda s: f"{r[s].score:g} / {r[s].max_score:g}" if r[s].status == "graded" else r[s].status  # noqa: E731
         planted = [(name, f"mistake-{k + 1}") for k, (name, *_) in enumerate(MISTAKES[a])]
         if a == "a3_blocks":   # delivered through the LMS export
-            names = {m[0] for m in MISTAKES[a]}
-            planted = [(what, student) for student, what in LMS_FILES.values() if what in names]
+            known = {m[0] for m in MISTAKES[a]}
+            planted = [(what, student) for student, what in LMS_FILES.values() if what in known] + \
+                [(name, student) for name, student in planted if student in r]
         for i, (name, student) in enumerate(planted):
             first = i == 0
             lines.append(f"| {a if first else ''} | {total('solved') if first else ''} | "

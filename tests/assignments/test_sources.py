@@ -294,3 +294,42 @@ def test_solved_kernel_compiles_for_sm75_sm80_sm90(tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     done = json.loads(out.stdout.strip().splitlines()[-1])
     assert [d[0] for d in done] == [75, 80, 90] and all(d[2] > 0 for d in done)
+
+
+def test_hidden_tests_weigh_more_than_visible_ones():
+    """A hard-coded answer to the visible tests keeps less than half of a task's points."""
+    for info in course.summary():
+        for t in info.tasks:
+            assert t.hidden > t.visible > 0, (info.name, t.name, t.visible, t.hidden)
+
+
+def test_the_tests_frames_are_out_of_reach_and_copies_of_the_package_are_spotted():
+    """Issue 25: an answer that walks up the stack for the expected value finds none of the tests'
+    frames (it runs on a thread of its own); the package's class exec'd from its source counts as
+    the package's own code."""
+    import inspect
+    ns = {}
+    exec(HELPERS, ns)
+    from paged_kv import blocks
+
+    def reader(num_tokens, block_size):
+        frame = sys._getframe(1)
+        while frame is not None:
+            if "expected" in frame.f_locals:
+                return frame.f_locals["expected"]
+            frame = frame.f_back
+        return -1
+
+    task = ns["Task"]("blocks_needed", reader, forbid=[blocks.blocks_needed])
+    with pytest.raises(AssertionError, match="expected 2"):
+        task.expect("17 tokens", lambda: reader(17, 16), 2)
+    with pytest.raises(AssertionError, match="1 of 1 hidden cases failed"):
+        task.hidden([("17 tokens", lambda: reader(17, 16), 2)])
+
+    namespace = dict(vars(sys.modules[blocks.BlockAllocator.__module__]))
+    exec(inspect.getsource(blocks.BlockAllocator), namespace)
+    copied = namespace["BlockAllocator"]
+    assert copied is not blocks.BlockAllocator
+    task = ns["Task"]("BlockAllocator", copied, forbid=[blocks.BlockAllocator])
+    with pytest.raises(AssertionError, match="ran the package's own paged_kv.blocks"):
+        task.expect("allocate", lambda: copied(4).allocate(), 0)
