@@ -239,7 +239,8 @@ def precheck(nb, released) -> tuple[list[Problem], bool]:
         if ref is not None and is_locked(ref) and _without_hidden_tests(c.source) != ref.source.rstrip():
             problems.append(Problem("locked cell edited", f"locked cell {ref.metadata.nbgrader['grade_id']!r} "
                                     "was edited; nbgrader restores it before grading"))
-    problems += suspicious_code(nb, released)
+    if not lost:   # a stripped notebook is not graded anyway: its locked cells look like the student's
+        problems += suspicious_code(nb, released)
     return problems, changed
 
 
@@ -309,7 +310,7 @@ def suspicious_code(nb, released) -> list[Problem]:
     it cannot change a score; a teacher should still read these lines."""
     from nbgrader.utils import is_locked
 
-    protected = {}
+    protected, given = {}, {c.source.strip() for c in released.cells if c.cell_type == "code"}
     for c in released.cells:
         if c.cell_type == "code" and c.get("metadata", {}).get("nbgrader") and is_locked(c):
             try:
@@ -320,7 +321,7 @@ def suspicious_code(nb, released) -> list[Problem]:
     problems = []
     for index, c in enumerate(nb.cells):
         meta = c.get("metadata", {}).get("nbgrader") or {}
-        if c.cell_type != "code" or (meta.get("grade_id") and is_locked(c)):
+        if c.cell_type != "code" or (meta.get("grade_id") and is_locked(c)) or c.source.strip() in given:
             continue
         where = f"cell {meta.get('grade_id') or c.get('id') or index}"
         lines = c.source.splitlines()
