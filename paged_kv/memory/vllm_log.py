@@ -336,6 +336,7 @@ def explain_vllm_log(text: str, model, gpu: str | GPUSpec | None = None, *, tp: 
         total = _value(parsed["total_gib"][0]) * GiB
     elif gpu is not None:
         total = (gpu if isinstance(gpu, GPUSpec) else gpu_preset(gpu)).memory_bytes
+        out.budget["total_from"] = "preset"
     if "peak_torch_gib" in parsed and "non_torch_gib" in parsed and total is not None:
         t_lo, t_hi = _interval(parsed["total_gib"][0], GiB)
         p_lo, p_hi = _interval(parsed["peak_torch_gib"][0], GiB)
@@ -390,8 +391,11 @@ def _reasons(out: LogExplanation, mnbt: int, kv: float | None) -> None:
         else:
             rest = (f"minus {_gib(b['budget'] - kv)} for the weights, the activations at the profile's peak and "
                     f"memory outside torch{graphs} together (the lines do not split them)")
-        say(f"The pool is what the budget leaves: {b['utilization']:g} x {_gib(b['total'])} = {_gib(b['budget'])}, "
-            f"{rest}, = {_gib(kv)}; the other {_gib(b['margin'])} ({1 - b['utilization']:.0%}) stay outside it.")
+        preset = (" (the preset's nvidia-smi total; CUDA reports a little less, so the rest is a little smaller)"
+                  if b.get("total_from") == "preset" else "")
+        say(f"The pool is what the budget leaves: {b['utilization']:g} x {_gib(b['total'])}{preset} = "
+            f"{_gib(b['budget'])}, {rest}, = {_gib(kv)}; the other {_gib(b['margin'])} "
+            f"({1 - b['utilization']:.0%}) stay outside it.")
     if kv is not None:
         half = pool.num_blocks(int(kv)) / pool.blocks_per_request(L // 2, mnbt)
         lever = f"a max_model_len of {L // 2:,} would give {half:.2f}x"
