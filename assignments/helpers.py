@@ -9,8 +9,11 @@
 #   prints what it expected and what it got, or a line when it passes.
 # * task.hidden(cases): the hidden checks, run when the notebook is graded; a failure names the
 #   failing cases, never their expected answers, and shows no test code.
+# * Your code runs on a thread of its own (its stack holds none of the test's frames); when the
+#   notebook is graded, these helpers are loaded again before each test cell, from the grader.
 import numbers as _numbers
 import sys as _sys
+import threading as _threading
 
 
 class NotYourOwnCode(AssertionError):
@@ -33,16 +36,75 @@ def _code_objects(objects):
     return codes
 
 
-def _watch(codes, seen):
-    """Record into ``seen`` the names of ``codes`` that start running, until the returned function
-    is called (a global trace function: it sees each Python call, and traces no lines)."""
+def _fingerprint(code):
+    """What a copy of a function keeps: its name, bytecode, names and constants (a docstring and
+    messages included), not where it was compiled.  Source copied from the package (pasted, or
+    ``exec`` of ``inspect.getsource``) compiles to the same fingerprint."""
+    consts = tuple(_fingerprint(c) if hasattr(c, "co_code") else (type(c).__name__, repr(c)) for c in code.co_consts)
+    return (code.co_name, code.co_code, code.co_names, code.co_varnames, consts)
+
+
+def _watch(codes, seen, kernels=()):
+    """Record into ``seen`` the names of ``codes``, or of copies of them, that start running, and
+    each launch of one of ``kernels`` (Triton kernels) as ``("launch", kernel)``, until the
+    returned function is called (a trace function on this thread: it sees each Python call, and
+    traces no lines)."""
+    prints = {_fingerprint(c): name for c, name in codes.items() if len(c.co_code) >= 32}
+    known = dict(codes)          # code object -> name, or None: not the package's
+    launchers = {}
+    for k in kernels:
+        fn = getattr(k, "fn", None)
+        if getattr(fn, "__code__", None) is not None:    # the interpreter runs the kernel as Python
+            launchers[fn.__code__] = k
+        run = getattr(getattr(type(k), "run", None), "__code__", None)
+        if run is not None:                              # compiled: JITFunction.run launches it
+            launchers[run] = k
+
     def trace(frame, event, arg):
-        if frame.f_code in codes:
-            seen.append(codes[frame.f_code])
+        code = frame.f_code
+        if code in launchers and (code is not getattr(getattr(type(launchers[code]), "run", None), "__code__", None)
+                                  or frame.f_locals.get("self") is launchers[code]):
+            seen.append(("launch", launchers[code]))
+        name = known.get(code, False)
+        if name is False:
+            name = known[code] = prints.get(_fingerprint(code))
+        if name:
+            seen.append(name)
 
     old = _sys.gettrace()
     _sys.settrace(trace)
     return lambda: _sys.settrace(old)
+
+
+def _on_own_thread(call):
+    """``call()`` on a new thread, whose stack holds none of the caller's frames (so the code under
+    test cannot read the expected answers from them); its value, or its exception, re-raised here.
+    PyTorch's grad mode (per thread) is carried over; an interrupt (Jupyter's stop button, the
+    grader's timeout) is passed on to the thread."""
+    torch = _sys.modules.get("torch")
+    grad = torch.is_grad_enabled() if torch is not None else None
+    box = {}
+
+    def target():
+        try:
+            if torch is not None:
+                torch.set_grad_enabled(grad)
+            box["value"] = call()
+        except BaseException as e:  # noqa: BLE001 (re-raised on the caller's thread)
+            box["error"] = e
+
+    thread = _threading.Thread(target=target, name="your code", daemon=True)
+    thread.start()
+    try:
+        thread.join()
+    except KeyboardInterrupt:
+        import ctypes
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident), ctypes.py_object(KeyboardInterrupt))
+        thread.join(5)
+        raise
+    if "error" in box:
+        raise box["error"]
+    return box.get("value")
 
 
 def _short(value, limit=300):
@@ -82,35 +144,57 @@ def _close(got, expected, atol, rtol):
 
 
 class Task:
-    """The checks of one graded task (see the top of this cell)."""
+    """The checks of one graded task (see the top of this cell).  ``kernel``: a Triton kernel that
+    every checked call must launch (a launcher rewritten in plain PyTorch fails the task)."""
 
-    def __init__(self, name, answer=None, forbid=()):
-        self.name, self.forbid = name, list(forbid)
+    def __init__(self, name, answer=None, forbid=(), kernel=None):
+        self.name, self.forbid, self.kernel = name, list(forbid), kernel
         self._codes = _code_objects(self.forbid)
         for own in self.forbid:
             if answer is own or (isinstance(answer, type) and isinstance(own, type) and issubclass(answer, own)):
+                _one_line_traceback()
                 raise NotYourOwnCode(f"{name}: your answer is (or extends) the package's own "
                                      f"{own.__module__}.{own.__qualname__}; this task asks you to write it")
+        if kernel is not None and not type(kernel).__module__.startswith("triton."):
+            _one_line_traceback()
+            raise NotYourOwnCode(f"{name}: {getattr(kernel, '__name__', kernel)!r} is not a Triton kernel "
+                                 "(@triton.jit); this task asks for one")
 
     def run(self, call):
-        """``call()``, watching for the package's own implementations of this task."""
+        """``call()`` on a thread of its own, watching for the package's own implementations of this
+        task (and checking that it launched ``kernel``)."""
         seen = []
-        stop = _watch(self._codes, seen) if self._codes else (lambda: None)
+
+        def watched():
+            stop = _watch(self._codes, seen, [self.kernel] if self.kernel is not None else [])
+            try:
+                return call()
+            finally:
+                stop()
+
         try:
-            return call()
+            value = _on_own_thread(watched)
         except Exception as e:
             # A stub's NotImplementedError, also as Triton reports it from inside a kernel.
             if isinstance(e, NotImplementedError) or "NotImplementedError" in str(e):
                 _one_line_traceback()
                 raise NotWrittenYet(f"{self.name} is not written yet: replace `raise NotImplementedError()` "
                                     f"in its cell with your code, run that cell, then this one") from None
+            self._check(seen)
             raise
-        finally:
-            stop()
-            if seen:
-                _one_line_traceback()
-                raise NotYourOwnCode(f"{self.name}: your code ran the package's own {seen[0]}; this task "
-                                     f"asks you to write it yourself")
+        self._check(seen)
+        if self.kernel is not None and ("launch", self.kernel) not in seen:
+            _one_line_traceback()
+            raise NotYourOwnCode(f"{self.name}: your kernel {self.kernel.__name__} never ran; the launcher must "
+                                 "launch it (a launcher that computes the result another way scores zero)")
+        return value
+
+    def _check(self, seen):
+        names = [s for s in seen if isinstance(s, str)]
+        if names:
+            _one_line_traceback()
+            raise NotYourOwnCode(f"{self.name}: your code ran the package's own {names[0]}; this task "
+                                 f"asks you to write it yourself")
 
     def _outcome(self, call):
         """``(value, None)``, or ``(None, exception)`` when the student's code raised."""
@@ -183,9 +267,9 @@ class Task:
 
 def _one_line_traceback():
     """Show the next error as its message alone (no code lines, so no hidden test leaks)."""
-    try:
-        shell = get_ipython()  # noqa: F821 (defined inside IPython)
-    except NameError:
+    ipython = _sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None else None
+    if shell is None or shell.InteractiveTB.mode == "Minimal":
         return
     mode = shell.InteractiveTB.mode
     shell.InteractiveTB.set_mode("Minimal")

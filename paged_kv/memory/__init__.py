@@ -10,7 +10,10 @@ Pure Python (no torch), so the static calculator can run where torch does not.  
 * :mod:`~paged_kv.memory.ledger`: bytes per token / per sequence / of the weights, per GPU;
 * :mod:`~paged_kv.memory.plan`: :func:`plan_memory`, the largest batch that fits;
 * :mod:`~paged_kv.memory.decode_cost`: bytes and FLOPs of one decode step, arithmetic intensity,
-  ridge points and the roofline bound (chapter 2).
+  ridge points and the roofline bound (chapter 2);
+* :mod:`~paged_kv.memory.vllm_log`: a vLLM start-up log's KV-cache lines recomputed from the
+  ledger (:func:`explain_vllm_log`, "why only X x?");
+* :mod:`~paged_kv.memory.startup_logs`: real start-up logs from public threads, cited, as data.
 
 Byte units (``GiB`` vs ``GB``, :func:`format_bytes`) live in the leaf :mod:`paged_kv.units`.
 """
@@ -23,6 +26,8 @@ from .ledger import (as_spec, attention_variant, budget_range_for_slots, layers_
 from .plan import MemoryPlan, max_batch_size, max_tokens, plan_memory
 from .presets import GPU_PRESETS, MODEL_PRESETS, PAPER_FIG1, PAPER_TABLE1, gpu_preset, model_preset, tiny_spec
 from .spec import WEIGHT_DTYPE_BITS, GPUSpec, ModelSpec, weights_dtype_name
+from .startup_logs import STARTUP_LOGS, StartupLog
+from .vllm_log import LogCheck, LogExplanation, VLLMPool, explain_vllm_log, parse_vllm_log, vllm_pool
 from .window import window_blocks, window_max_blocks, window_peak_blocks
 
 __all__ = [
@@ -32,4 +37,6 @@ __all__ = [
     "max_tokens", "model_preset", "plan_memory", "tiny_spec", "tokens_to_reach", "weights_bytes",
     "weights_dtype_name", "arithmetic_intensity", "ridge_point", "roofline_tokens_per_s", "step_bytes",
     "step_flops", "weights_read_per_step", "window_blocks", "window_max_blocks", "window_peak_blocks",
+    "STARTUP_LOGS", "StartupLog", "LogCheck", "LogExplanation", "VLLMPool", "explain_vllm_log", "parse_vllm_log",
+    "vllm_pool",
 ]

@@ -23,7 +23,8 @@ import json
 from ..defaults import bundled_weights_dir
 from ..errors import UnknownPresetError
 from ..units import MiB
-from .spec import GPUSpec, ModelSpec, deepseek_v3_num_parameters, llama_num_parameters, opt_num_parameters
+from .spec import (GPUSpec, ModelSpec, deepseek_v3_num_parameters, gpt_oss_num_parameters, llama_num_parameters,
+                   opt_num_parameters, qwen3_moe_num_parameters)
 
 __all__ = ["GPU_PRESETS", "MODEL_PRESETS", "PAPER_FIG1", "PAPER_TABLE1", "gpu_preset", "model_preset", "tiny_spec"]
 
@@ -54,6 +55,11 @@ _DEEPSEEK_V3 = dict(vocab=129280, hidden=7168, layers=61, heads=128, q_lora_rank
                     qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128, intermediate=18432,
                     moe_intermediate=2048, n_routed_experts=256, n_shared_experts=1, first_k_dense=3)
 
+_QWEN3_CODER_30B = dict(vocab=151936, hidden=2048, layers=48, heads=32, kv_heads=4, head_dim=128,
+                        moe_intermediate=768, n_experts=128)
+_GPT_OSS_120B = dict(vocab=201088, hidden=2880, layers=36, heads=64, kv_heads=8, head_dim=64, intermediate=2880,
+                     n_experts=128)
+
 _PUBLIC_MODELS = [
     _opt("OPT-13B", "facebook/opt-13b", layers=40, hidden=5120, heads=40, ffn=20480),
     _opt("OPT-66B", "facebook/opt-66b", layers=64, hidden=9216, heads=72, ffn=36864),
@@ -80,6 +86,20 @@ _PUBLIC_MODELS = [
            intermediate=29568, vocab=152064, max_position=131072, qkv_bias=True),
     _llama("Qwen3-4B", "Qwen/Qwen3-4B", layers=36, hidden=2560, heads=32, kv_heads=8, head_dim=128,
            intermediate=9728, vocab=151936, max_position=40960, tied=True, qk_norm=True),
+    # The models of chapter 3's vLLM start-up logs (paged_kv.memory.startup_logs)
+    _llama("Llama-3.1-8B", "meta-llama/Llama-3.1-8B-Instruct", layers=32, hidden=4096, heads=32, kv_heads=8,
+           intermediate=14336, vocab=128256, max_position=131072),
+    _llama("Qwen3-0.6B", "Qwen/Qwen3-0.6B", layers=28, hidden=1024, heads=16, kv_heads=8, head_dim=128,
+           intermediate=3072, vocab=151936, max_position=40960, tied=True, qk_norm=True),
+    ModelSpec("Qwen3-Coder-30B-A3B", num_layers=48, hidden_size=2048, num_heads=32, num_kv_heads=4, head_dim=128,
+              num_params=qwen3_moe_num_parameters(**_QWEN3_CODER_30B), max_position=262144,
+              source="Qwen/Qwen3-Coder-30B-A3B-Instruct", gathered_params=151936 * 2048),
+    # every other layer slides over 128 tokens (config "layer_types"); the experts ship in MXFP4
+    # (4-bit values and one 8-bit scale per 32: 4.25 bits), the rest in bf16: "int4" is a lower bound
+    ModelSpec("gpt-oss-120b", num_layers=36, hidden_size=2880, num_heads=64, num_kv_heads=8, head_dim=64,
+              num_params=gpt_oss_num_parameters(**_GPT_OSS_120B), sliding_window=128, sliding_layers=18,
+              weights_dtype="int4", max_position=131072, source="openai/gpt-oss-120b",
+              gathered_params=201088 * 2880),
     ModelSpec("DeepSeek-V3", num_layers=61, hidden_size=7168, num_heads=128, num_kv_heads=128,
               head_dim=128, num_params=deepseek_v3_num_parameters(**_DEEPSEEK_V3),
               kv_lora_rank=512, qk_rope_head_dim=64, weights_dtype="fp8", max_position=163840,

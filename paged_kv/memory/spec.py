@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from ..errors import ConfigError
 from ..validate import count
 
-__all__ = ["GPUSpec", "ModelSpec", "WEIGHT_DTYPE_BITS", "deepseek_v3_num_parameters", "llama_num_parameters",
-           "opt_num_parameters", "weights_dtype_name"]
+__all__ = ["GPUSpec", "ModelSpec", "WEIGHT_DTYPE_BITS", "deepseek_v3_num_parameters", "gpt_oss_num_parameters",
+           "llama_num_parameters", "opt_num_parameters", "qwen3_moe_num_parameters", "weights_dtype_name"]
 
 # Bits per weight of each dtype the weights may be served in (names are case-insensitive).
 WEIGHT_DTYPE_BITS = {"fp32": 32, "fp16": 16, "bf16": 16, "fp8": 8, "int8": 8, "int4": 4}
@@ -208,3 +208,28 @@ def deepseek_v3_num_parameters(*, vocab: int, hidden: int, layers: int, heads: i
     per_layer_norms = 2 * hidden
     return (2 * vocab * hidden + hidden + layers * (attn + per_layer_norms)
             + first_k_dense * dense + (layers - first_k_dense) * moe)
+
+
+def qwen3_moe_num_parameters(*, vocab: int, hidden: int, layers: int, heads: int, kv_heads: int,
+                             head_dim: int, moe_intermediate: int, n_experts: int) -> int:
+    """Parameters of a Qwen3-MoE decoder (Qwen3-30B-A3B and its Coder version): Qwen3's attention
+    (no biases, per-head q/k RMSNorms), in every layer a router (``hidden x n_experts``, no bias)
+    and ``n_experts`` SwiGLU experts of width ``moe_intermediate``, two RMSNorms a layer, an
+    untied embedding and head."""
+    q, kv = heads * head_dim, kv_heads * head_dim
+    attn = 2 * hidden * q + 2 * hidden * kv + 2 * head_dim
+    moe = hidden * n_experts + n_experts * 3 * hidden * moe_intermediate
+    return 2 * vocab * hidden + hidden + layers * (attn + moe + 2 * hidden)
+
+
+def gpt_oss_num_parameters(*, vocab: int, hidden: int, layers: int, heads: int, kv_heads: int,
+                           head_dim: int, intermediate: int, n_experts: int) -> int:
+    """Parameters of a gpt-oss decoder (OpenAI's gpt-oss-20b/120b): attention projections with
+    biases and one learned sink logit per query head, a router with a bias, ``n_experts`` experts
+    whose fused gate/up projection (``hidden x 2 intermediate``) and down projection carry biases,
+    two RMSNorms a layer, an untied embedding and head."""
+    q, kv = heads * head_dim, kv_heads * head_dim
+    attn = (hidden * q + q) + 2 * (hidden * kv + kv) + (q * hidden + hidden) + heads
+    experts = n_experts * (hidden * 2 * intermediate + 2 * intermediate + intermediate * hidden + hidden)
+    router = hidden * n_experts + n_experts
+    return 2 * vocab * hidden + hidden + layers * (attn + experts + router + 2 * hidden)

@@ -9,7 +9,8 @@ through :func:`~paged_kv.viz.labels.visible_token` (a space ``␣``, a newline `
 sized to fit their slots, and the block labels sit in the left margin, so a phone-wide figure
 keeps every word whole (:func:`slot_text_size`, :func:`label_margin`).  Right panel: the block table
 of each sequence that exists in the snapshot shown (a finished one's row goes away), logical block
--> physical id.
+-> physical id; a table longer than :data:`TABLE_COLS` entries wraps onto more rows, each labelled
+with the logical index it starts at (``"2 +5"``), so that two-digit ids keep a cell each on a phone.
 
 Pure functions of :class:`~paged_kv.blocks.Snapshot` lists: :func:`blocks_figure` replays a
 whole history with plotly frames and a slider (works in the static book with no kernel);
@@ -48,6 +49,10 @@ LABEL_GAP = 0.55   # a block's label is anchored this many cells left of its fir
 
 TEXT_SIZE = 11     # px of a slot's text while every label is a character or two
 SHORT_LABEL = 2    # longer labels (words): plotly sizes the text to fit (see slot_text_size)
+
+TABLE_COLS = 5     # block-table entries per row: at 400 px the table panel is ~95 px wide, and five
+                   # cells of 17 px hold a two-digit id at 11 px (18 entries in one row overlapped,
+                   # "2221201918", at 1280 px too)
 
 TITLE_CHARS = 46   # a heading longer than this wraps: about what a 14-px line holds on a phone
 TITLE_LINE_PX = 18
@@ -172,25 +177,41 @@ def block_traces(snap, order: Sequence, max_logical: int | None = None,
     labels = go.Scatter(x=lx, y=ly, text=ltext, mode="text", textposition="middle left", name="block labels",
                         hoverinfo="skip", showlegend=False, textfont=dict(size=11, color="#333"),
                         cliponaxis=False)
-    # block tables: a row per sequence of this snapshot (in `order`), a column per logical block
+    # block tables: a row per sequence of this snapshot (in `order`) and per TABLE_COLS entries of it
     present = [s for s in order if s in snap.tables]
-    width_t = max_logical or max([len(t) for t in snap.tables.values()] + [1])
-    tz = [[None] * width_t for _ in present]
-    ttext = [[""] * width_t for _ in present]
-    thover = [[""] * width_t for _ in present]
-    for row, s in enumerate(present):
+    longest = max_logical or max([len(t) for t in snap.tables.values()] + [1])
+    width_t = min(longest, TABLE_COLS)
+    ty, tz, ttext, thover = [], [], [], []
+    for s in present:
         k = index[s]
-        for logical, physical, filled in snap.tables[s]:
-            if logical >= width_t:
-                continue
-            tz[row][logical] = 1 + 2 * k + (filled < bs)
-            ttext[row][logical] = str(physical)
-            thover[row][logical] = (f"request {s}: logical {logical} → physical {physical}<br>"
-                                    f"tokens {_token_range(logical, filled, bs)}, {filled}/{bs} filled")
+        entries = [e for e in snap.tables[s] if e[0] < longest]
+        for start in range(0, max(len(entries), 1), TABLE_COLS):
+            ty.append(table_row_label(s, start))
+            tz.append([None] * width_t)
+            ttext.append([""] * width_t)
+            thover.append([""] * width_t)
+            for logical, physical, filled in entries[start:start + TABLE_COLS]:
+                col = logical - start
+                tz[-1][col] = 1 + 2 * k + (filled < bs)
+                ttext[-1][col] = str(physical)
+                thover[-1][col] = (f"request {s}: logical {logical} → physical {physical}<br>"
+                                   f"tokens {_token_range(logical, filled, bs)}, {filled}/{bs} filled")
     tables = go.Heatmap(z=tz or [[None]], text=ttext or [[""]], customdata=thover or [[""]],
                         hovertemplate="%{customdata}<extra></extra>", name="block tables",
-                        x=list(range(width_t)), y=[str(s) for s in present] or [""], **common)
+                        x=list(range(width_t)), y=ty or [""], **common)
     return [pool, labels, tables]
+
+
+def table_row_label(seq_id, start: int) -> str:
+    """The y label of a block-table row: the sequence id on its first row, ``"id +start"`` on the
+    rows a long table wraps onto (``start``: the logical index of the row's first entry)."""
+    return str(seq_id) if start == 0 else f"{seq_id} +{start}"
+
+
+def table_rows(snap, max_logical: int | None = None) -> int:
+    """How many rows the block-table panel takes for ``snap`` (wrapped at :data:`TABLE_COLS`)."""
+    longest = max_logical or max([len(t) for t in snap.tables.values()] + [1])
+    return sum(max(1, math.ceil(min(len(t), longest) / TABLE_COLS)) for t in snap.tables.values())
 
 
 def _caption(snap) -> str:
@@ -208,7 +229,7 @@ def _frame_layout(fig, snapshots: Sequence, shown, title: str) -> tuple[list, in
     """Set the title and axes for showing ``shown`` out of ``snapshots``; returns (order, max_logical)."""
     order = seq_order(snapshots)
     max_logical = max([len(t) for s in snapshots for t in s.tables.values()] + [1])
-    most = max([len(s.tables) for s in snapshots] + [1])   # table rows ever shown at once
+    most = max([table_rows(s, max_logical) for s in snapshots] + [1])   # table rows ever shown at once
     rows, cols, width, label = _grid(shown.num_blocks, shown.block_size)
     head, extra = _heading(title)
     fig.update_layout(title=dict(text=head + _caption(shown), x=0.01, font=dict(size=14), yref="container",
@@ -218,10 +239,13 @@ def _frame_layout(fig, snapshots: Sequence, shown, title: str) -> tuple[list, in
     # anchor is outside the range); the labels' text runs on into the margin
     fig.update_xaxes(row=1, col=1, visible=False, range=[label - LABEL_GAP - 0.03, cols * width - 1.5])
     fig.update_yaxes(row=1, col=1, visible=False, autorange="reversed")
-    # a tick per logical block while they fit a phone-wide panel, else every 5th
-    fig.update_xaxes(row=1, col=2, title_text="logical block", dtick=1 if max_logical <= 10 else 5,
-                     tickangle=0, range=[-0.5, max_logical - 0.5],
-                     showgrid=False, zeroline=False)
+    # a tick per column; a wrapped table's rows say where they start ("2 +5") and its columns are
+    # offsets from there ("+3"), so that row + column is the logical block
+    cols_t = min(max_logical, TABLE_COLS)
+    wrapped = max_logical > TABLE_COLS
+    fig.update_xaxes(row=1, col=2, title_text="logical block", tickvals=list(range(cols_t)),
+                     ticktext=[f"+{c}" if wrapped else str(c) for c in range(cols_t)],
+                     tickangle=0, range=[-0.5, cols_t - 0.5], showgrid=False, zeroline=False)
     # one table row as tall as one pool row, so a table lines up with the blocks it points to; the
     # range is fixed, so rows keep their height as requests come and go
     fig.update_yaxes(row=1, col=2, autorange=False, range=[most - 0.5, -0.5], type="category", showgrid=False,

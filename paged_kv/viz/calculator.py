@@ -32,12 +32,12 @@ __all__ = ["BEYOND_MARK", "CALC_COLUMNS", "CALC_CONTEXTS", "CALC_HEADERS", "DASH
 
 CALC_CONTEXTS = [256, *CONTEXTS]  # 256: the bundled tiny model's whole context (max_seq_len)
 GREY = "#A0A0A0"
-BEYOND_MARK = " †"  # a row beyond the model's maximum context (short: one line on a phone)
+BEYOND_MARK = "\u00a0†"  # a row beyond the model's maximum context (a no-break space: one line on a phone)
 CALC_COLUMNS = ["context (tokens)", "KV / sequence", "share of one GPU", "max batch",
                 "max batch, fp8 KV", "max batch, TP=8"]
 # the same columns as shown: two short lines each, so the table keeps one line per row on a phone
 CALC_HEADERS = ["context<br>(tokens)", "KV /<br>sequence", "share of<br>one GPU", "max<br>batch",
-                "max batch<br>fp8 KV", "max batch<br>TP=8"]
+                "max<br>batch<br>fp8 KV", "max<br>batch<br>TP=8"]
 NO_ROOM = "✗"  # the weights alone do not fit
 DASH = "–"  # a row beyond the model's maximum context
 TP_DASHES = ["solid", "dash", "dot", "dashdot", "longdash"]
@@ -190,7 +190,7 @@ def calculator_figure(data: dict, model: str | None = None, gpu: str | None = No
         fig.add_trace(go.Table(
             name=f"table: {g}", meta=dict(kind="table", gpu=g),
             header=dict(values=[f"<b>{c}</b>" for c in CALC_HEADERS], fill_color="#E8EEF6", font=dict(size=10),
-                        height=34),
+                        height=46),
             cells=dict(values=_table_columns(rows), fill_color=_row_fills(len(rows), context_index),
                        font=dict(size=10, color=_font_colors(rows)), height=20),
             columnwidth=[1.05, 1.3, 1.0, 0.8, 0.95, 0.9], visible=visible), row=1, col=1)
@@ -244,14 +244,16 @@ def calculator_figure(data: dict, model: str | None = None, gpu: str | None = No
                   args=[{"cells.fill.color": [_row_fills(len(contexts), i)] * len(gpus)},
                         {marker_x0: i, marker_x1: i}, table_idx]) for i, c in enumerate(contexts)]
     fig.update_layout(
-        height=900, margin=dict(l=45, r=5, t=250, b=40), title=None,
+        height=980, margin=dict(l=45, r=5, t=250, b=140), title=None,
         updatemenus=[dict(buttons=model_menu, active=models.index(model), x=0, xanchor="left", y=1.41,
                           yanchor="top", direction="down"),
                      dict(buttons=gpu_menu, active=gpus.index(gpu), x=0.5, xanchor="left", y=1.41,
                           yanchor="top", direction="down")],
         sliders=[dict(active=context_index, steps=steps, currentvalue=dict(prefix="highlighted context: "),
-                      pad=dict(t=30), y=-0.02)],
-        legend=dict(orientation="h", x=1, xanchor="right", y=0.45, yanchor="bottom",
+                      pad=dict(t=10), y=-0.17)],
+        # below the chart, never between the table and the chart: a table whose rows wrap on a phone
+        # grows down into that gap, and a legend there covered its last rows (review D9)
+        legend=dict(orientation="h", x=0.5, xanchor="center", y=-0.07, yanchor="top",
                     title_text="fp16 KV:"))
     fig.update_xaxes(tickvals=xs, ticktext=[token_label(c) for c in contexts], title_text="context length (tokens)", row=2, col=1)
     fig.update_yaxes(type="log", title_text="max concurrent sequences", row=2, col=1, dtick=1)
@@ -278,7 +280,9 @@ def gpu_memory_figure(parts: dict) -> go.Figure:
                              hovertemplate=f"{name}: %{{x:,.2f}} GiB<extra></extra>"))
     cap = parts["gpu_bytes"] / GiB
     fig.add_vline(x=cap, line=dict(color="#E45756", dash="dash"), annotation_text=f"{cap:,.1f} GiB")
-    fig.update_layout(barmode="stack", height=200, margin=dict(l=40, r=20, t=40, b=30),
-                      title=dict(text=parts["title"], font=dict(size=13)), xaxis_title="GiB",
-                      legend=dict(orientation="h", y=-0.5))
+    # the unit on the ticks, not as an axis title that the legend below would cover; the legend in
+    # the bars' order (review c5)
+    fig.update_layout(barmode="stack", height=230, margin=dict(l=40, r=20, t=40, b=30),
+                      title=dict(text=parts["title"], font=dict(size=13)), xaxis=dict(ticksuffix=" GiB"),
+                      legend=dict(orientation="h", y=-0.35, yanchor="top", traceorder="normal"))
     return fig

@@ -39,6 +39,7 @@ from .palette import COLORS, FREE_COLOR, discrete_scale, tint
 __all__ = ["Tile", "kernel_walk_figure", "tile_walk"]
 
 TRACE_NAMES = ("tiles", "pool")
+LABEL_STANDOFF = 8   # px between a row label and its row's first cell
 
 # colour categories of a cell (z), in both panels
 MASKED, WAITING, EARLIER, CURRENT = 0, 1, 2, 3
@@ -188,7 +189,10 @@ def kernel_walk_figure(tiles: list[Tile], block_table: Sequence[int], num_blocks
                       margin=dict(l=10, r=10, t=110, b=70), plot_bgcolor="white", showlegend=False)
     fig.update_xaxes(row=1, col=1, showticklabels=False, range=[-0.5, bn - 0.5], showgrid=False, zeroline=False)
     fig.update_xaxes(row=2, col=1, title_text="slot offset in the block", dtick=1, showgrid=False, zeroline=False)
-    fig.update_yaxes(autorange="reversed", showgrid=False, automargin=True, tickfont=dict(size=10))
+    # the row labels stand off the cells: a tile's first position ("32") is wider than its cell on a
+    # phone and ran into the label ("tile 132")
+    fig.update_yaxes(autorange="reversed", showgrid=False, automargin=True, tickfont=dict(size=10),
+                     ticklabelstandoff=LABEL_STANDOFF)
     for t in tiles:                          # block borders: before every position p with p % BS == 0
         for col, p in enumerate(t.positions):
             if col and p % block_size == 0:

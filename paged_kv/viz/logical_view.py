@@ -8,6 +8,11 @@ finished has no rows.  One plotly frame per snapshot, with a slider (works in th
 
 Pure function of :class:`~paged_kv.blocks.Snapshot` lists (``BlockHistory.snapshots``); the pool
 drawing of :mod:`paged_kv.viz.blocks` shows the same state slot by slot.
+
+The words are the text of transparent bars, one per slot, because plotly shrinks a bar's inside
+text to fit the bar: at 400 px a slot is ~20 px wide, and a fixed 10-px word ran into the next
+("Fourscoreandseven") or lost its ends ("rought").  A word longer than :data:`LINE_CHARS`
+characters is set on two lines, so that it shrinks less.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from .palette import COLORS, FREE_COLOR, tint
 __all__ = ["logical_view_figure", "logical_view_parts"]
 
 GAP = 3.0          # columns between the table and the pool, where the arrows run
+LINE_CHARS = 5     # a slot's word longer than this is set on two lines ("brou" over "ght")
 
 
 def _columns(bs: int) -> dict:
@@ -75,15 +81,30 @@ def logical_view_parts(snap, order: Sequence) -> dict:
     return {"cells": cells, "arrows": arrows, "labels": labels, "rows": max(y, snap.num_blocks)}
 
 
+def slot_word(text: str) -> str:
+    """A slot's word as drawn: on two lines (``<br>``) when longer than :data:`LINE_CHARS`."""
+    if len(text) <= LINE_CHARS:
+        return text
+    cut = -(-len(text) // 2)
+    return text[:cut] + "<br>" + text[cut:]
+
+
+CELL_W, CELL_H = 0.94, 0.84   # a cell's width and height in axis units (a slot is 1 x 1)
+
+
 def _frame(parts: dict):
     """(traces, shapes, annotations) of one snapshot's parts."""
-    shapes = [dict(type="rect", x0=x - 0.47, x1=x + 0.47, y0=y - 0.42, y1=y + 0.42, fillcolor=fill,
-                   line=dict(color="#999", width=1), layer="below") for x, y, fill, _ in parts["cells"]]
+    shapes = [dict(type="rect", x0=x - CELL_W / 2, x1=x + CELL_W / 2, y0=y - CELL_H / 2, y1=y + CELL_H / 2,
+                   fillcolor=fill, line=dict(color="#999", width=1), layer="below")
+              for x, y, fill, _ in parts["cells"]]
     texts = [c for c in parts["cells"] if c[3]]
     ink = ["white" if c[2] in COLORS else "#222" for c in texts]     # white on the full colours
-    words = go.Scatter(x=[c[0] for c in texts], y=[c[1] for c in texts], text=[c[3] for c in texts],
-                       mode="text", textfont=dict(size=10, color=ink), hoverinfo="skip", name="words",
-                       cliponaxis=False)
+    # one transparent bar per word, exactly over its cell: plotly fits a bar's inside text to the bar
+    words = go.Bar(orientation="h", base=[c[0] - CELL_W / 2 for c in texts], x=[CELL_W] * len(texts),
+                   y=[c[1] for c in texts], width=CELL_H, text=[slot_word(c[3]) for c in texts],
+                   textposition="inside", insidetextanchor="middle", textangle=0,
+                   textfont=dict(size=10, color=ink), marker=dict(color="rgba(0,0,0,0)", line=dict(width=0)),
+                   hoverinfo="skip", name="words")
     labs = parts["labels"]
     heads = go.Scatter(x=[lab[0] for lab in labs], y=[lab[1] for lab in labs], text=[lab[2] for lab in labs],
                        textposition=[lab[3] if len(lab) > 3 else "middle center" for lab in labs],

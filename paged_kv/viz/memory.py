@@ -138,36 +138,37 @@ def _fit_bars(data: dict, c: int, g: str) -> tuple[list, list]:
 
 
 def _beyond_marks(data: dict, c: int) -> list:
-    """One annotation per model that cannot serve context ``c``, at the foot of its group."""
-    return [dict(x=m, y=0, xref="x", yref="paper", yanchor="bottom", showarrow=False,
-                 text=f"{BEYOND}<br>(max {token_label(top)})", font=dict(size=10, color="#666"),
+    """One annotation per model that cannot serve context ``c``, at the left of its row."""
+    return [dict(y=m, x=0, yref="y", xref="paper", xanchor="left", showarrow=False,
+                 text=f"{BEYOND} ({token_label(top)})", font=dict(size=10, color="#666"),
                  bgcolor="#F2F2F2")
             for m, top in zip(data["models"], data["max_position"]) if not _within(top, c)]
 
 
 def gpu_fit_figure(data: dict) -> go.Figure:
-    """Grouped dots (one per GPU) on a log axis: models x GPUs; a slider picks the context length.
+    """Grouped dots (one per GPU) on a log axis, one row per model; a slider picks the context.
 
-    Dots, not bars: a bar on a log axis has no meaningful length.  Each dot carries its count as
-    a label; the axis is fixed over all contexts (so the slider compares like with like) and
-    labelled at powers of ten only.  A model whose maximum context is below the slider's value
-    shows no dots and a "beyond max context" mark.
+    Dots, not bars: a bar on a log axis has no meaningful length.  Models are rows and the count
+    runs left to right, so each GPU's dot sits on its own line within its model's row and its label
+    to its right never meets a neighbour's, at 1280 px or on a phone.  The axis is fixed over all
+    contexts (so the slider compares like with like) and labelled at powers of ten only.  A model
+    whose maximum context is below the slider's value shows no dots and a "beyond max context" mark.
     """
     fig = go.Figure()
     c0 = data["contexts"][0]
     for i, g in enumerate(data["gpus"]):
-        y, labels = _fit_bars(data, c0, g)
-        fig.add_trace(go.Scatter(x=data["models"], y=y, name=g, mode="markers+text",
-                                 marker=dict(color=COLORS[i % len(COLORS)], size=11,
+        x, labels = _fit_bars(data, c0, g)
+        fig.add_trace(go.Scatter(y=data["models"], x=x, name=g, mode="markers+text", orientation="h",
+                                 marker=dict(color=COLORS[i % len(COLORS)], size=10,
                                              line=dict(width=1, color="white")),
                                  text=labels, textposition="middle right", cliponaxis=False,
                                  textfont=dict(size=9, color=COLORS[i % len(COLORS)]),
-                                 hovertemplate=f"{g}: %{{y:,}} sequences<extra>%{{x}}</extra>"))
+                                 hovertemplate=f"{g}: %{{x:,}} sequences<extra>%{{y}}</extra>"))
     steps = []
     for c in data["contexts"]:
         bars = [_fit_bars(data, c, g) for g in data["gpus"]]
         steps.append(dict(label=token_label(c), method="update",
-                          args=[{"y": [b[0] for b in bars], "text": [b[1] for b in bars]},
+                          args=[{"x": [b[0] for b in bars], "text": [b[1] for b in bars]},
                                 {"annotations": _beyond_marks(data, c)}]))
     shown = [v for c in data["contexts"] for g in data["gpus"]
              for v in _fit_bars(data, c, g)[0] if v]
@@ -175,16 +176,18 @@ def gpu_fit_figure(data: dict) -> go.Figure:
     ticks = [f"{m}<br><sup>max {token_label(t)}</sup>" if t else m
              for m, t in zip(data["models"], data["max_position"])]
     fig.update_layout(
-        scattermode="group", scattergap=0.35, height=580, margin=dict(l=60, r=10, t=90, b=40),
+        scattermode="group", scattergap=0.2, height=250 + 58 * len(data["models"]),
+        margin=dict(l=10, r=10, t=100, b=40),
         title=f"Sequences that fit on one GPU<br>(TP={data['tp']}, KV in {data['kv_dtype']}, "
               f"{RESERVE_FRACTION:.0%} reserve)<br><sup>weights in their serving dtype; no dot: the weights "
               f"alone do not fit,<br>or the context is {BEYOND} (marked)</sup>",
         title_font_size=14, annotations=_beyond_marks(data, c0),
-        xaxis=dict(tickvals=data["models"], ticktext=ticks),
-        yaxis=dict(title="concurrent sequences (log)", type="log", range=[-0.15, top + 0.75], dtick=1),
-        legend=dict(orientation="h", y=-0.16, x=0.5, xanchor="center", yanchor="top"),
+        yaxis=dict(tickvals=data["models"], ticktext=ticks, autorange="reversed", automargin=True),
+        xaxis=dict(title="concurrent sequences (log)", type="log", range=[-0.15, top + 0.6], dtick=1),
+        # the legend under the axis title, the slider under the legend (three legend rows on a phone)
+        legend=dict(orientation="h", y=-0.13, x=0.5, xanchor="center", yanchor="top"),
         sliders=[dict(active=0, steps=steps, currentvalue=dict(prefix="context length: "),
-                      pad=dict(t=110))])
+                      pad=dict(t=130))])
     return fig
 
 
@@ -201,19 +204,22 @@ def attention_variants_data(model: str = "Llama-2-70B", tp: int = 8, kv_dtype: s
 
 
 def attention_variants_figure(data: dict) -> go.Figure:
-    """Bars of KiB per token on a linear axis (lengths proportional, each bar labelled): the whole
-    model, and what each GPU keeps under tensor parallelism."""
-    labels = [r["label"] for r in data["rows"]]
+    """Horizontal bars of KiB per token on a linear axis (lengths proportional, each bar labelled
+    at its end, so labels of short bars never run into each other): the whole model, and what each
+    GPU keeps under tensor parallelism."""
+    labels = [r["label"].replace(" (", "<br>(") for r in data["rows"]]
     fig = go.Figure()
     for i, (key, name) in enumerate([("whole", "whole model (one GPU)"),
                                      ("per_gpu", f"per GPU with TP={data['tp']}")]):
-        y = [r[key] / 1024 for r in data["rows"]]
-        fig.add_trace(go.Bar(x=[lb.replace(" (", "<br>(") for lb in labels], y=y, name=name, marker_color=COLORS[i],
-                             text=[f"{v:,.0f} KiB" for v in y], textposition="outside", cliponaxis=False,
-                             hovertemplate="%{x}<br>%{y:,.1f} KiB per token<extra>" + name + "</extra>"))
+        x = [r[key] / 1024 for r in data["rows"]]
+        fig.add_trace(go.Bar(y=labels, x=x, name=name, orientation="h", marker_color=COLORS[i],
+                             text=[f"{v:,.0f} KiB" for v in x], textposition="outside", cliponaxis=False,
+                             hovertemplate="%{y}<br>%{x:,.1f} KiB per token<extra>" + name + "</extra>"))
+    top = max(r["whole"] for r in data["rows"]) / 1024
     fig.update_layout(
-        barmode="group", height=440, margin=dict(l=60, r=10, t=60, b=60),
+        barmode="group", height=460, margin=dict(l=10, r=10, t=60, b=40),
         title=f"KV bytes per token,<br>{data['model']}'s shape ({data['kv_dtype']})",
-        yaxis=dict(title="KiB per token", rangemode="tozero"),
-        legend=dict(orientation="h", y=-0.25, x=0, yanchor="top"))
+        xaxis=dict(title="KiB per token", rangemode="tozero", range=[0, top * 1.3]),
+        yaxis=dict(autorange="reversed", automargin=True),
+        legend=dict(orientation="h", y=-0.15, x=0, yanchor="top", traceorder="normal"))
     return fig

@@ -88,6 +88,31 @@ def test_goals_and_time_are_what_students_read(name):
 
 
 @pytest.mark.parametrize("name", NAMES)
+def test_predictions_are_written_before_the_tests_that_answer_them(name):
+    """A "predict" question is followed at once by a cell where the student writes the prediction
+    (not graded); the visible test that checks the predicted case comes after it and prints it."""
+    cells = built(name).cells
+    for i, cell in enumerate(cells):
+        if cell.cell_type != "markdown" or "predict" not in cell.source.lower():
+            continue
+        nxt = next(c for c in cells[i + 1:] if c.cell_type == "code")
+        found = re.search(r"^(predicted_\w+) = ", nxt.source, re.M)
+        assert "nbgrader" not in nxt.metadata and found, f"{name}: no prediction cell right after {cell.source[:80]!r}"
+        printed = [k for k, c in enumerate(cells) if f'globals().get("{found.group(1)}")' in c.source]
+        assert printed and all(cells[k].metadata.get("nbgrader", {}).get("grade") for k in printed), found.group(1)
+        assert min(printed) > cells.index(nxt)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_hidden_tests_weigh_more_than_visible_ones(name):
+    """An answer that hard-codes the visible tests' values keeps less than half of a task's points."""
+    points = {}
+    for task, _, p, hidden in course.graded_cells(built(name)):
+        points.setdefault(task, [0.0, 0.0])[hidden] += p
+    assert points and all(hidden > visible for visible, hidden in points.values()), points
+
+
+@pytest.mark.parametrize("name", NAMES)
 def test_committed_release_has_no_solutions_and_no_hidden_tests(name):
     text = (ROOT / "assignments" / "release" / name / f"{name}.ipynb").read_text()
     assert MARKER not in text and "BEGIN HIDDEN TESTS" not in text and "BEGIN SOLUTION" not in text
@@ -111,9 +136,10 @@ def test_marker_is_not_in_the_built_book(built_book):
 # ---------------------------------------------------------------------------------------------------
 # The package's own implementations pass every test (visible and hidden) of the tasks they match.
 # ---------------------------------------------------------------------------------------------------
-def run_with(name, answers):
+def run_with(name, answers, after=None):
     """Execute the solved notebook's cells in this process, with the answer cells in ``answers``
-    replaced by the given objects, and the "your own code" check switched off."""
+    replaced by the given objects (and ``after[grade_id]`` put in after that cell ran), and the
+    "your own code" check switched off."""
     ns = {"__name__": "__main__"}
     ran = []
     for cell in built(name).cells:
@@ -126,7 +152,9 @@ def run_with(name, answers):
         exec(compile(cell.source, f"<{name}:{grade_id}>", "exec"), ns)
         if grade_id == "helpers":
             base = ns["Task"]
-            ns["Task"] = type("Task", (base,), {"__init__": lambda self, n, a=None, forbid=(): base.__init__(self, n, a)})
+            ns["Task"] = type("Task", (base,), {"__init__": lambda self, n, a=None, forbid=(), kernel=None:
+                                                base.__init__(self, n, a, kernel=kernel)})
+        ns.update((after or {}).get(grade_id, {}))
         ran.append(grade_id)
     return ran
 
@@ -149,7 +177,8 @@ def test_the_package_passes_the_block_tests(capsys):
 
 def test_the_package_passes_the_copy_on_write_tests(capsys):
     from paged_kv import blocks
-    ran = run_with("a5_copy_on_write", {"cow_manager": {"CowManager": blocks.BlockSpaceManager}})
+    ran = run_with("a5_copy_on_write", {"cow_manager": {"CowManager": blocks.BlockSpaceManager}},
+                   after={"manager": {"fork_for_tests": lambda m, parent, child: m.fork(parent, child)}})
     assert "step_hidden" in ran
     assert capsys.readouterr().out.count("hidden cases of") == 3
 
@@ -290,3 +319,35 @@ def test_solved_kernel_compiles_for_sm75_sm80_sm90(tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     done = json.loads(out.stdout.strip().splitlines()[-1])
     assert [d[0] for d in done] == [75, 80, 90] and all(d[2] > 0 for d in done)
+
+
+def test_the_tests_frames_are_out_of_reach_and_copies_of_the_package_are_spotted():
+    """Issue 25: an answer that walks up the stack for the expected value finds none of the tests'
+    frames (it runs on a thread of its own); the package's class exec'd from its source counts as
+    the package's own code."""
+    import inspect
+    ns = {}
+    exec(HELPERS, ns)
+    from paged_kv import blocks
+
+    def reader(num_tokens, block_size):
+        frame = sys._getframe(1)
+        while frame is not None:
+            if "expected" in frame.f_locals:
+                return frame.f_locals["expected"]
+            frame = frame.f_back
+        return -1
+
+    task = ns["Task"]("blocks_needed", reader, forbid=[blocks.blocks_needed])
+    with pytest.raises(AssertionError, match="expected 2"):
+        task.expect("17 tokens", lambda: reader(17, 16), 2)
+    with pytest.raises(AssertionError, match="1 of 1 hidden cases failed"):
+        task.hidden([("17 tokens", lambda: reader(17, 16), 2)])
+
+    namespace = dict(vars(sys.modules[blocks.BlockAllocator.__module__]))
+    exec(inspect.getsource(blocks.BlockAllocator), namespace)
+    copied = namespace["BlockAllocator"]
+    assert copied is not blocks.BlockAllocator
+    task = ns["Task"]("BlockAllocator", copied, forbid=[blocks.BlockAllocator])
+    with pytest.raises(AssertionError, match="ran the package's own paged_kv.blocks"):
+        task.expect("allocate", lambda: copied(4).allocate(), 0)

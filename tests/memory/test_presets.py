@@ -8,7 +8,7 @@ import torch
 
 from paged_kv.memory import kv_bytes_per_token, weights_bytes
 from paged_kv.memory import MODEL_PRESETS, ModelSpec, model_preset
-from paged_kv.memory.spec import deepseek_v3_num_parameters
+from paged_kv.memory.spec import deepseek_v3_num_parameters, gpt_oss_num_parameters, qwen3_moe_num_parameters
 
 transformers = pytest.importorskip("transformers")
 
@@ -43,6 +43,9 @@ HF_CONFIGS = {
     "Qwen3-4B": lambda: transformers.Qwen3Config(
         vocab_size=151936, hidden_size=2560, intermediate_size=9728, num_hidden_layers=36,
         num_attention_heads=32, num_key_value_heads=8, head_dim=128, tie_word_embeddings=True),
+    "Qwen3-0.6B": lambda: transformers.Qwen3Config(
+        vocab_size=151936, hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
+        num_attention_heads=16, num_key_value_heads=8, head_dim=128, tie_word_embeddings=True),
     "OPT-13B": lambda: transformers.OPTConfig(
         vocab_size=50272, hidden_size=5120, ffn_dim=20480, num_hidden_layers=40,
         num_attention_heads=40, max_position_embeddings=2048, word_embed_proj_dim=5120),
@@ -67,13 +70,34 @@ def test_deepseek_v3_formula_equals_transformers_at_small_scale():
     assert deepseek_v3_num_parameters(**sizes) == _meta_count(cfg)
 
 
+def test_qwen3_moe_formula_equals_transformers_at_small_scale():
+    sizes = dict(vocab=1000, hidden=64, layers=3, heads=4, kv_heads=2, head_dim=32, moe_intermediate=48,
+                 n_experts=8)
+    cfg = transformers.Qwen3MoeConfig(
+        vocab_size=1000, hidden_size=64, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
+        head_dim=32, moe_intermediate_size=48, num_experts=8, num_experts_per_tok=2, intermediate_size=96,
+        decoder_sparse_step=1, mlp_only_layers=[], tie_word_embeddings=False)
+    assert qwen3_moe_num_parameters(**sizes) == _meta_count(cfg)
+
+
+def test_gpt_oss_formula_equals_transformers_at_small_scale():
+    sizes = dict(vocab=1000, hidden=64, layers=2, heads=4, kv_heads=2, head_dim=16, intermediate=48, n_experts=4)
+    cfg = transformers.GptOssConfig(
+        vocab_size=1000, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+        head_dim=16, intermediate_size=48, num_local_experts=4, num_experts_per_tok=2, tie_word_embeddings=False)
+    assert gpt_oss_num_parameters(**sizes) == _meta_count(cfg)
+
+
 def test_published_totals():
     # PEFT's print_trainable_parameters on Llama-2-7b-hf; Meta's model cards; DeepSeek-V3 "671B"
     assert MODEL_PRESETS["Llama-2-7B"].num_params == 6_738_415_616
     assert MODEL_PRESETS["Llama-3-8B"].num_params == 8_030_261_248
+    assert MODEL_PRESETS["Llama-3.1-8B"].num_params == 8_030_261_248  # the same shape, a longer context
     assert MODEL_PRESETS["Llama-3.1-405B"].num_params == 405_853_388_800
     assert round(MODEL_PRESETS["DeepSeek-V3"].num_params / 1e9) == 671
     assert round(MODEL_PRESETS["Qwen2.5-72B"].num_params / 1e8) == 727  # "72.7B"
+    assert round(MODEL_PRESETS["gpt-oss-120b"].num_params / 1e8) == 1168  # model card: "116.8B" total
+    assert round(MODEL_PRESETS["Qwen3-Coder-30B-A3B"].num_params / 1e8) == 305  # "30.5B"
     assert round(weights_bytes("OPT-13B") / 1e9) == 26  # the vLLM paper's Table 1: 26 GB
 
 

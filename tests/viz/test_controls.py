@@ -131,8 +131,8 @@ def test_gpu_fit_slider_sets_each_gpus_bars():
     for step, c in zip(fig.layout.sliders[0].steps, (2048, 8192)):
         after = _apply(fig, step.to_plotly_json())
         for g in GPUS:
-            bars = after.data[trace_indices(after, [g])[0]]
-            assert list(bars.y) == [memory.max_batch_size(m, g, c) or None for m in MODELS]
+            dots = after.data[trace_indices(after, [g])[0]]   # one row per model, the count along x
+            assert list(dots.x) == [memory.max_batch_size(m, g, c) or None for m in MODELS]
 
 
 def test_block_frames_update_the_named_traces():

@@ -98,3 +98,19 @@ def test_tile_rows_number_only_block_starts():
     row = list(fig.frames[1].data[0].text[0])
     assert [i for i, s in enumerate(row) if s] == [0, 4, 8] and row[4] == "4"
     assert all("position" in h for h in fig.frames[1].data[0].customdata[0])
+
+
+def test_row_labels_stand_off_a_first_number_wider_than_its_cell():
+    """At 400 px a tile's first position ("32", 10 px) is wider than its ~9-px cell and ran into the
+    row label ("tile 132", review shot 14): the labels stand off by more than that overflow."""
+    table = [9, 1, 6, 2, 10, 0, 4, 7, 11]                             # 9 blocks of 8 hold 70 positions
+    tiles = tile_walk(table, 70, block_size=8, block_n=32)
+    fig = kernel_walk_figure(tiles, table, 12, 8)
+    text = fig.data[0].text
+    first = max(len(row[0]) for row in text)
+    label_px = 10 * 0.65 * len("tile 2") + 4                        # the widest row label, automargin
+    cell_w = (368 - fig.layout.margin.l - fig.layout.margin.r - label_px) / len(text[0])
+    overflow = (first * 10 * 0.65 - (cell_w - fig.data[0].xgap)) / 2
+    assert overflow > 0                                              # the case of the shot
+    for axis in (fig.layout.yaxis, fig.layout.yaxis2):
+        assert axis.ticklabelstandoff >= overflow + 3

@@ -51,7 +51,8 @@ def test_labels_stay_off_the_cells_and_words_are_readable():
         if text.isdigit():
             assert pos == "middle left" and x <= -0.5
     parts = logical_view_parts(h.snapshots[-1], seq_order(h.snapshots))
-    ink = dict(zip(zip(words.x, words.y), words.textfont.color))
+    centres = [b + w / 2 for b, w in zip(words.base, words.x)]          # a word's bar spans its cell
+    ink = dict(zip(zip(centres, words.y), words.textfont.color))
 
     def luminance(hex_colour):                       # relative luminance, 0 (black) .. 1 (white)
         r, g, b = (int(hex_colour.lstrip("#")[i:i + 2], 16) / 255 for i in (0, 2, 4))
@@ -63,3 +64,25 @@ def test_labels_stay_off_the_cells_and_words_are_readable():
             assert ink[(x, y)] == ("white" if luminance(fill) < 0.6 else "#222"), (text, fill)
             checked += 1
     assert checked == 2 * 15 and bs == 4             # A's 9 and B's 6 words, in logical and pool
+
+
+def test_each_word_is_fitted_into_its_own_cell():
+    """At 400 px a fixed 10-px word overran its 20-px slot (review shot 15): each word is now the
+    inside text of a bar exactly over its cell (plotly shrinks such text to fit the bar), long
+    words on two lines, and every word is drawn once, unchanged but for the line break."""
+    from paged_kv.viz.logical_view import CELL_H, CELL_W, LINE_CHARS, slot_word
+
+    h = paper_trace()
+    fig = logical_view_figure(h.snapshots)
+    words = fig.data[0]
+    assert words.type == "bar" and words.orientation == "h" and words.textposition == "inside"
+    assert words.width == CELL_H and set(words.x) == {CELL_W}
+    parts = logical_view_parts(h.snapshots[-1], seq_order(h.snapshots))
+    cells = [(x, y, t) for x, y, _, t in parts["cells"] if t]
+    assert [(b + CELL_W / 2, y) for b, y in zip(words.base, words.y)] == [(x, y) for x, y, _ in cells]
+    for (_, _, t), drawn in zip(cells, words.text):
+        assert drawn.replace("<br>", "") == t
+        assert all(len(line) <= max(LINE_CHARS, -(-len(t) // 2)) for line in drawn.split("<br>"))
+    assert slot_word("brought") == "brou<br>ght" and slot_word("Four") == "Four"
+    for frame in fig.frames:                               # every step draws its words the same way
+        assert frame.data[0].type == "bar"

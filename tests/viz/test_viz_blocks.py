@@ -158,13 +158,48 @@ def test_block_size_figure_has_one_labelled_axis_per_quantity():
     assert fig.layout.xaxis.type == "log" and list(fig.layout.xaxis2.tickvals) == sizes
 
 
-def test_table_axis_ticks_thin_out_for_long_tables():
-    """A tick per logical block up to 10 blocks; beyond, every 5th, so the labels of an 18-block
-    table do not run together on a phone-wide page."""
-    for n_blocks, tick in ((10, 1), (18, 5)):
-        h = BlockHistory(BlockSpaceManager(20, 2))
+def test_a_long_table_wraps_into_rows_that_say_where_they_start():
+    """18 entries in one row ran together ("2221201918…", review shot 13): a table wraps at
+    TABLE_COLS entries, its rows labelled with the logical index they start at, every entry kept
+    once, in its place, with its hover; a tick per column, an offset ("+3") once the table wraps."""
+    from paged_kv.viz.blocks import TABLE_COLS, table_rows
+
+    for n_blocks in (TABLE_COLS, TABLE_COLS + 1, 18):
+        h = BlockHistory(BlockSpaceManager(40, 2))
         h.allocate("s", ["x"] * (2 * n_blocks))
-        assert blocks_figure(h.snapshots).layout.xaxis2.dtick == tick
+        h.allocate("t", ["y"] * 3)
+        fig = blocks_figure(h.snapshots, replay=False)                 # the frames are block_traces too
+        tables = next(t for t in fig.data if t.name == "block tables")
+        lines = -(-n_blocks // TABLE_COLS)
+        assert list(tables.y) == ["s"] + [f"s +{TABLE_COLS * i}" for i in range(1, lines)] + ["t"]
+        assert table_rows(h.snapshots[-1]) == lines + 1 == len(tables.z)
+        ids = h.snapshots[-1].tables["s"]
+        for logical, physical, _ in ids:                      # each entry in row logical // C, column logical % C
+            r, c = divmod(logical, TABLE_COLS)
+            assert tables.text[r][c] == str(physical) and f"logical {logical} → physical {physical}" in tables.customdata[r][c]
+        assert sum(1 for row in tables.text[:lines] for x in row if x) == n_blocks
+        cols = min(n_blocks, TABLE_COLS)
+        assert list(fig.layout.xaxis2.tickvals) == list(range(cols)) and fig.layout.xaxis2.range[1] == cols - 0.5
+        # columns of a wrapped table are offsets from the row's start: row "s +5", column "+3" = logical 8
+        assert list(fig.layout.xaxis2.ticktext) == [("+" if n_blocks > TABLE_COLS else "") + str(c) for c in range(cols)]
+
+
+def test_block_table_ids_fit_their_cells_on_a_phone():
+    """The session figure of chapter 5 (24 blocks of 8, two-digit ids, an 18-entry table): at 400 px
+    each id at the table's font must fit its cell's width, and a row must be as tall as a pool row."""
+    from paged_kv.viz.blocks import TEXT_SIZE
+
+    h = BlockHistory(BlockSpaceManager(24, 8))
+    h.allocate("1", 30)
+    h.allocate("2", 8 * 18 - 3)
+    fig = blocks_figure(h.snapshots, title="A recorded session: 24 blocks of 8 slots")
+    tables = next(t for t in fig.data if t.name == "block tables")
+    m, xa = fig.layout.margin, fig.layout.xaxis2
+    for width in (PHONE_PX, 688):
+        cell_w = (width - m.l - m.r) * (xa.domain[1] - xa.domain[0]) / (xa.range[1] - xa.range[0])
+        longest = max(len(x) for row in tables.text for x in row)
+        assert longest == 2
+        assert longest * TEXT_SIZE * EM_PER_CHAR <= cell_w - tables.xgap, (width, cell_w)
 
 
 # ---- fitting a phone-wide page: the 400-px page's column holds a 368-px figure ---------------

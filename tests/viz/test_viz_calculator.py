@@ -304,12 +304,18 @@ def test_static_calculator_highlighted_row_is_visible(tmp_path, width):
             const bottom = gd.getBoundingClientRect().top + s.t + (1 - t.domain.y[0]) * s.h;
             const cell = Array.from(document.querySelectorAll('.table .cell-text'))
                 .filter(e => e.textContent.startsWith('131,072'))[0].getBoundingClientRect();
+            const legend = document.querySelector('.legend').getBoundingClientRect();
+            const slider = document.querySelector('.slider-container').getBoundingClientRect();
             return {top, bottom, cell_top: cell.top, cell_bottom: cell.bottom,
+                    legend_top: legend.top, legend_bottom: legend.bottom, slider_top: slider.top,
                     page: document.documentElement.scrollWidth};
         }""")
         browser.close()
     assert box["top"] <= box["cell_top"] and box["cell_bottom"] <= box["bottom"], box
     assert box["page"] <= width   # nothing pushes the page wider than the window
+    # the legend lies below every table row and above the slider (review D9: at 400 px the rows slid
+    # under a legend placed between the table and the chart)
+    assert box["cell_bottom"] <= box["legend_top"] and box["legend_bottom"] <= box["slider_top"] + 1, box
 
 
 # --- sliding windows in whole blocks ----------------------------------------------------------------
