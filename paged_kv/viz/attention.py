@@ -72,9 +72,14 @@ def attention_step_cells(t: int, t_max: int, mode: str) -> list[list[int]]:
 
 
 def _counts(t: int, mode: str) -> str:
-    scores = t * (t + 1) // 2 if mode == "recompute" else t
-    kv = t if mode == "recompute" else 1
-    return f"step t = {t}: {scores} scores and {kv} K/V pair{'s' if kv > 1 else ''}<br>computed per layer and head"
+    """The title of step ``t``: what it computes per layer and head.  Recompute: the ``t(t+1)/2``
+    scores of the causal triangle are needed, but the torch path (a causal mask on the full
+    matrix) computes all ``t^2`` and masks the rest, so both are named."""
+    if mode == "cached":
+        return f"step t = {t}, per layer and head:<br>{t} score{'s' if t > 1 else ''} and 1 K/V pair computed"
+    needed = t * (t + 1) // 2
+    return (f"step t = {t}, per layer and head: {t} K/V pair{'s' if t > 1 else ''}<br>and {needed} scores "
+            f"(the triangle) computed again;<br>the torch path computes all {t * t}, then masks {t * t - needed}")
 
 
 def attention_triangle_figure(mode: str, t_values: Sequence[int] = tuple(range(2, 13)),
@@ -82,9 +87,9 @@ def attention_triangle_figure(mode: str, t_values: Sequence[int] = tuple(range(2
     """Step ``t`` of decoding as a grid (queries down, keys across) under a K/V strip, with a
     slider over ``t_values`` (static frames).  ``mode``: ``"recompute"`` or ``"cached"``.
 
-    The title counts what the step computes per layer and head: ``t(t+1)/2`` scores and ``t``
-    K/V pairs (recompute; the torch path even computes the full masked ``t^2``), or ``t`` scores
-    and one K/V pair (cached).
+    The title counts what the step computes per layer and head: ``t`` K/V pairs and the
+    ``t(t+1)/2`` scores of the triangle, and the ``t^2`` the torch path computes before masking
+    (recompute), or ``t`` scores and one K/V pair (cached).
 
     Raises:
         ConfigError: an unknown mode or empty / non-positive ``t_values``.
