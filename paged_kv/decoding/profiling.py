@@ -8,8 +8,8 @@ checked against (Kaplan et al. 2020, §2.1: ~2 FLOPs per parameter per token, pl
 The bytes a decode step reads, and the roofline they set, are :mod:`paged_kv.memory.decode_cost`.
 
 :func:`time_decode_attention` times one layer of decode attention alone as the context grows
-(chapter 2), built to be stable on a small shared CPU: one thread, no allocation that grows with
-the context, lengths interleaved round by round, the median per length.
+(chapter 2), built to be stable on a small shared CPU: one thread timed by its own CPU time, no allocation that
+grows with the context, lengths interleaved round by round, the median per length.
 """
 
 from __future__ import annotations
@@ -210,7 +210,7 @@ def decode_attention_head_major(q: torch.Tensor, k: torch.Tensor, v: torch.Tenso
 
 def time_decode_attention(context_lens: list[int], num_heads: int = 32, num_kv_heads: int = 8,
                           head_dim: int = 128, repeats: int = 9, threads: int = 1,
-                          seed: int = 0) -> list[AttentionTiming]:
+                          seed: int = 0, clock=None) -> list[AttentionTiming]:
     """Time one layer of decode attention (fp32, CPU) at each context length.
 
     The cache is made once, for the longest length, head-major ``[Hkv, T, D]``; each length reads
@@ -232,6 +232,9 @@ def time_decode_attention(context_lens: list[int], num_heads: int = 32, num_kv_h
     if h % hkv:
         raise ConfigError(f"num_heads ({h}) must be a multiple of num_kv_heads ({hkv})")
     repeats, threads = count("repeats", repeats, 1), count("threads", threads, 1)
+    if clock is None:
+        fine = time.get_clock_info("thread_time").resolution <= 1e-6
+        clock = time.thread_time if fine else time.perf_counter
     g = torch.Generator().manual_seed(seed)
     q = torch.randn(h, d, generator=g)
     k = torch.randn(hkv, max(lens), d, generator=g)
@@ -242,10 +245,10 @@ def time_decode_attention(context_lens: list[int], num_heads: int = 32, num_kv_h
         runs: dict[int, list[float]] = {i: [] for i in range(len(lens))}
         for r in range(repeats + 1):
             for i, t in enumerate(lens):
-                t0 = time.perf_counter()
+                t0 = clock()
                 decode_attention_head_major(q, k[:, :t], v[:, :t])
                 if r:                                               # round 0 warms up
-                    runs[i].append(time.perf_counter() - t0)
+                    runs[i].append(clock() - t0)
     finally:
         torch.set_num_threads(before)
     return [AttentionTiming(t, 2 * t * hkv * d * 4, statistics.median(runs[i]), tuple(runs[i]))

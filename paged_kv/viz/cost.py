@@ -19,7 +19,7 @@ from plotly.subplots import make_subplots
 from ..errors import ConfigError
 from .palette import COLORS
 
-__all__ = ["attention_timing_figure", "flops_split_figure", "log_dtick", "roofline_figure", "scaling_figure",
+__all__ = ["attention_timing_figure", "flops_split_figure", "log_ticks", "roofline_figure", "scaling_figure",
            "step_cost_figure"]
 
 _LEGEND = dict(orientation="h", y=-0.22, yanchor="top", x=0)
@@ -41,14 +41,21 @@ def _title(text: str, width: int = 38) -> str:
     return "<br>".join(lines + [line])
 
 
-def log_dtick(values: Sequence[float]):
-    """The ``dtick`` of a log axis over ``values``: one tick per decade (``1``) when they span at
-    least two decades, else ``None`` (plotly's own ticks, e.g. 2, 5, 10): with one tick per decade
-    an axis spanning less than a decade can show no tick label at all."""
+def log_ticks(values: Sequence[float]) -> dict:
+    """Tick settings of a log axis over ``values``: one tick per decade (``dtick=1``) when they
+    span at least two decades; otherwise explicit ticks at 1, 2 and 5 times the powers of ten
+    inside their range (``tickvals``/``ticktext``), because one tick per decade can leave an axis
+    spanning less than a decade with no label at all, and plotly's own minor labels crowd it."""
     positive = [v for v in values if v is not None and v > 0]
     if not positive:
-        return None
-    return 1 if math.log10(max(positive) / min(positive)) >= 2 else None
+        return {}
+    lo, hi = min(positive), max(positive)
+    if math.log10(hi / lo) >= 2:
+        return {"dtick": 1}
+    ticks = [m * 10.0 ** k for k in range(math.floor(math.log10(lo)) - 1, math.ceil(math.log10(hi)) + 1)
+             for m in (1, 2, 5)]
+    inside = [v for v in ticks if lo / 1.05 <= v <= hi * 1.05] or [lo, hi]
+    return {"tickvals": inside, "ticktext": [f"{v:g}" for v in inside]}
 
 
 def _same_length(x, *ys) -> None:
@@ -152,7 +159,7 @@ def step_cost_figure(ctx: Sequence[int], series: dict[str, Sequence[float]], uni
         fig.add_annotation(x=ctx[0], y=math.log10(last[0]), xref="x", yref="y", text=prefill_label,
                            showarrow=True, arrowhead=2, ax=60, ay=-25, font=dict(size=11))  # log axis: log10(y)
     fig.update_yaxes(type="log", title_text=unit, row=1, col=1, exponentformat="power",
-                     dtick=log_dtick([v for y in series.values() for v in y]))
+                     **log_ticks([v for y in series.values() for v in y]))
     fig.update_yaxes(title_text=unit, row=2, col=1)
     fig.update_xaxes(title_text="tokens in the sequence (t)", row=2, col=1)
     fig.update_layout(title=_title(title), height=620, margin=_MARGIN, legend=dict(orientation="h", y=-0.1, yanchor="top"))
@@ -171,7 +178,8 @@ def roofline_figure(contexts: Sequence[int], tokens_per_s: dict[str, Sequence[fl
     (:func:`paged_kv.memory.max_decode_throughput`), drawn as the memory wall with its batch
     written at each point and the region above it shaded (batches whose KV cache does not fit);
     a context where nothing fits (batch 0) is left out.  ``compute_roof``: tokens/s if compute
-    alone limited (any batch), a dashed line.
+    alone limited (any batch), a dashed line; with both, the gap between them at the longest
+    context is labelled (KV capacity, not arithmetic, caps tokens/s).
 
     Raises:
         ConfigError: series of different lengths or non-positive values.
@@ -210,6 +218,12 @@ def roofline_figure(contexts: Sequence[int], tokens_per_s: dict[str, Sequence[fl
                                                    "%{y:,.0f} tokens/s<extra></extra>",
                                      marker=dict(size=7, color="#222"), line=dict(color="#222", width=3)))
             layout_y["range"] = [math.log10(min(values)) - 0.15, math.log10(top)]
+            if compute_roof is not None:              # name the gap between the wall and the roof
+                c, _, v = pts[-1]
+                y = 10 ** (0.55 * math.log10(compute_roof[list(contexts).index(c)]) + 0.45 * math.log10(v))
+                fig.add_annotation(x=math.log10(c), y=math.log10(y), xanchor="right", showarrow=False,
+                                   text="KV capacity,<br>not arithmetic,<br>caps tokens/s", align="right",
+                                   font=dict(size=11, color="#222"), name="wall note")
     fig.update_layout(title=_title(title), height=480 if wall is not None else 420, margin=_MARGIN,
                       legend=_LEGEND,
                       xaxis=dict(type="log", title="context per sequence (t, tokens)", tickvals=list(contexts),
@@ -244,5 +258,5 @@ def attention_timing_figure(context_lens: Sequence[int], ms: Sequence[float], by
     fig.update_layout(title=_title(title), height=420, margin=_MARGIN, legend=_LEGEND,
                       xaxis=dict(type="log", title="cached tokens (t)", tickvals=list(context_lens),
                                  ticktext=[f"{c:,}" for c in context_lens]),
-                      yaxis=dict(type="log", title="ms per call", dtick=log_dtick(list(ms) + guide)))
+                      yaxis=dict(type="log", title="ms per call", **log_ticks(list(ms) + guide)))
     return fig

@@ -117,6 +117,10 @@ def test_time_decode_attention_counts_bytes_and_restores_threads():
     assert [r.bytes_read for r in rows] == [2 * k[:, :3].nbytes, 2 * k.nbytes]
     for r in rows:
         assert len(r.runs) == 3 and r.seconds == sorted(r.runs)[1] and r.seconds > 0
+    ticks = iter(range(100))                                     # a clock that counts calls
+    rows = time_decode_attention([3, 5], num_heads=2, num_kv_heads=1, head_dim=4, repeats=2,
+                                 clock=lambda: next(ticks))
+    assert [r.runs for r in rows] == [(1, 1), (1, 1)]             # read twice around each timed call
     for bad in ([], [0]):
         with pytest.raises(ConfigError):
             time_decode_attention(bad)

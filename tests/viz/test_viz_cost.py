@@ -1,5 +1,7 @@
 """Decode-cost figures (paged_kv.viz.cost): they draw the data they are given, no bars on log axes."""
 
+import math
+
 import pytest
 
 from paged_kv.errors import ConfigError
@@ -53,13 +55,14 @@ def test_long_titles_are_broken_to_fit_a_phone():
     assert vc.roofline_figure([1, 2], {"b": [3.0, 2.0]}, "short").layout.title.text == "short"
 
 
-def test_log_panel_keeps_tick_labels_when_it_spans_under_a_decade():
+def test_log_panel_keeps_tick_labels_when_it_spans_under_two_decades():
     """One tick per decade on an axis from 1.4 to 9 ms shows no label at all (review shot 03):
-    such an axis is left to plotly's ticks; three decades keep one tick per decade."""
-    assert vc.log_dtick([1.4, 2.0, 9.0]) is None
-    assert vc.log_dtick([1.0, 50.0, 1000.0]) == 1
+    such an axis gets ticks at 1-2-5 inside its range; three decades keep one tick per decade."""
+    assert vc.log_ticks([1.4, 2.0, 9.0]) == {"tickvals": [2.0, 5.0], "ticktext": ["2", "5"]}
+    assert vc.log_ticks([0.9, 30.0])["ticktext"] == ["1", "2", "5", "10", "20"]
+    assert vc.log_ticks([1.0, 50.0, 1000.0]) == {"dtick": 1}
     fig = vc.step_cost_figure([8, 9, 10], {"recompute": [2.0, 6.0, 9.0], "cache": [2.0, 1.5, 1.6]}, "ms", "t")
-    assert fig.layout.yaxis.dtick is None
+    assert list(fig.layout.yaxis.tickvals) == [2.0, 5.0] and fig.layout.yaxis.dtick is None
     fig = vc.step_cost_figure([8, 9, 10], {"recompute": [50, 600, 7000], "cache": [50, 6.0, 6.1]}, "MFLOP", "t")
     assert fig.layout.yaxis.dtick == 1
 
@@ -85,6 +88,9 @@ def test_roofline_lines_end_where_the_batch_stops_fitting_and_the_wall_is_drawn(
     shade = fig.data[names.index("batch does not fit in memory")]
     assert shade.fill == "toself" and min(shade.y) == 5e3 and max(shade.y) > 6e4   # from the wall up
     assert 10 ** fig.layout.yaxis.range[1] >= max(shade.y)
+    note = [a for a in fig.layout.annotations if a.name == "wall note"]
+    assert len(note) == 1 and "KV capacity" in note[0].text
+    assert math.log10(5e3) < note[0].y < math.log10(5e4)              # between the wall and the roof
     # a context where nothing fits is left off the wall
     fig = vc.roofline_figure([1, 2], {"b": [3.0, None]}, "r", wall=[(4, 9.0), (0, 0.0)])
     names = [t.name for t in fig.data]
