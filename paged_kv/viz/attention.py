@@ -125,7 +125,7 @@ def attention_triangle_figure(mode: str, t_values: Sequence[int] = tuple(range(2
                         dict(prefix="step t = "), frame_ms=700, pad_top=10,
                         slider=dict(pad=dict(t=10, l=60)))   # clear of the play button at any width
     fig.update_layout(
-        title=dict(text=_counts(t0, mode), font=dict(size=13), y=0.99, yanchor="top"), height=600,
+        title=dict(text=_counts(t0, mode), font=dict(size=13)), height=600,
         margin=dict(l=40, r=10, t=40 + 17 * _counts(t0, mode).count("<br>") + 45, b=210), plot_bgcolor="#D8D8D8",
         xaxis=dict(side="top", title=None, tickfont=dict(size=10), fixedrange=True, showgrid=False,
                    zeroline=False, constrain="domain"),  # the square grid, no background beside it

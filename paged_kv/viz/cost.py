@@ -178,8 +178,8 @@ def roofline_figure(contexts: Sequence[int], tokens_per_s: dict[str, Sequence[fl
     (:func:`paged_kv.memory.max_decode_throughput`), drawn as the memory wall with its batch
     written at each point and the region above it shaded (batches whose KV cache does not fit);
     a context where nothing fits (batch 0) is left out.  ``compute_roof``: tokens/s if compute
-    alone limited (any batch), a dashed line; with both, the gap between them at the longest
-    context is labelled (KV capacity, not arithmetic, caps tokens/s).
+    alone limited (any batch), a dashed line; with both, a line under the title says what the
+    shading and the gap between them mean (KV capacity, not arithmetic, caps tokens/s).
 
     Raises:
         ConfigError: series of different lengths or non-positive values.
@@ -205,26 +205,29 @@ def roofline_figure(contexts: Sequence[int], tokens_per_s: dict[str, Sequence[fl
             raise ConfigError("the wall's tokens/s must be positive where a batch fits")
         if pts:
             values += [v for _, _, v in pts]
-            top = 10 ** (math.ceil(math.log10(max(values)) + 0.15))
+            top = 10 ** (math.log10(max(values)) + 0.35)         # room for the labels above the wall
             xs, ys = [c for c, _, _ in pts], [v for _, _, v in pts]
             fig.add_trace(go.Scatter(x=xs + xs[::-1], y=ys + [top] * len(xs), fill="toself", mode="none",
                                      fillcolor="rgba(120,120,120,0.18)", hoverinfo="skip",
                                      name="batch does not fit in memory"))
             fig.add_trace(go.Scatter(x=xs, y=ys, name="memory wall (largest batch that fits)",
                                      mode="lines+markers+text", text=[f"B={b:,}" for _, b, _ in pts],
-                                     textposition="top center", textfont=dict(size=10, color="#222"),
+                                     textposition=["top right"] + ["top center"] * (len(pts) - 1),
+                                     textfont=dict(size=10, color="#222"),   # the first clear of the axis
                                      customdata=[b for _, b, _ in pts],
                                      hovertemplate="t = %{x:,}: at most %{customdata:,} sequences fit, "
                                                    "%{y:,.0f} tokens/s<extra></extra>",
                                      marker=dict(size=7, color="#222"), line=dict(color="#222", width=3)))
             layout_y["range"] = [math.log10(min(values)) - 0.15, math.log10(top)]
-            if compute_roof is not None:              # name the gap between the wall and the roof
-                c, _, v = pts[-1]
-                y = 10 ** (0.55 * math.log10(compute_roof[list(contexts).index(c)]) + 0.45 * math.log10(v))
-                fig.add_annotation(x=math.log10(c), y=math.log10(y), xanchor="right", showarrow=False,
-                                   text="KV capacity,<br>not arithmetic,<br>caps tokens/s", align="right",
-                                   font=dict(size=11, color="#222"), name="wall note")
-    fig.update_layout(title=_title(title), height=480 if wall is not None else 420, margin=_MARGIN,
+
+    text, margin = _title(title), dict(_MARGIN)
+    if wall is not None and compute_roof is not None:   # the figure says what the gap means
+        note = _title("Shaded: batches whose KV cache does not fit. Between the wall and the roof, "
+                      "KV capacity, not arithmetic, caps tokens/s.", 54)
+        text += f"<br><span style='font-size:12px'>{note}</span>"
+        margin["t"] += 18 * (note.count("<br>") + 1)
+    height = 480 + margin["t"] - _MARGIN["t"] if wall is not None else 420
+    fig.update_layout(title=dict(text=text, y=1 - 24 / height, yanchor="top"), height=height, margin=margin,
                       legend=_LEGEND,
                       xaxis=dict(type="log", title="context per sequence (t, tokens)", tickvals=list(contexts),
                                  ticktext=[f"{c:,}" for c in contexts]),
