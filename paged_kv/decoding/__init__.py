@@ -5,15 +5,17 @@ through a contiguous or paged KV cache, and measure what each step costs.
 * :mod:`~paged_kv.decoding.decoders`: one decoder per cache mode (recompute, contiguous, paged),
   ``n`` samples per prompt sharing the prompt's blocks;
 * :mod:`~paged_kv.decoding.beam_search`: :func:`beam_search` on shared blocks (chapter 6);
-* :mod:`~paged_kv.decoding.profiling`: per-step time, counted FLOPs, and the FLOP formulas.
+* :mod:`~paged_kv.decoding.profiling`: per-step time, counted FLOPs, the FLOP formulas, and one
+  layer of decode attention timed as the context grows.
 """
 
 from .beam_search import Beam, BeamSearchResult, beam_search, select_candidates
 from ..blocks import stored_tokens
 from .decoders import CACHE_MODES, ContiguousDecoder, PagedDecoder, RecomputeDecoder, make_decoder
 from .generate import GenerationResult, check_prompts, generate
-from .profiling import StepCost, attention_crossover, attention_flops, forward_flops, profile_decoding
+from .profiling import (AttentionTiming, StepCost, attention_crossover, attention_flops, decode_attention_head_major,
+                        forward_flops, profile_decoding, time_decode_attention)
 
 __all__ = ["Beam", "BeamSearchResult", "beam_search", "select_candidates", "CACHE_MODES", "ContiguousDecoder", "GenerationResult", "PagedDecoder", "RecomputeDecoder",
-           "StepCost", "attention_crossover", "attention_flops", "check_prompts", "forward_flops", "generate",
-           "make_decoder", "profile_decoding", "stored_tokens"]
+           "AttentionTiming", "StepCost", "attention_crossover", "decode_attention_head_major", "attention_flops", "check_prompts", "forward_flops", "generate",
+           "make_decoder", "profile_decoding", "stored_tokens", "time_decode_attention"]

@@ -6,10 +6,16 @@ per-module bookkeeping, which is slow), plus a rule for the CPU's fused attentio
 PyTorch does not count by itself.  :func:`forward_flops` is the independent formula the count is
 checked against (Kaplan et al. 2020, §2.1: ~2 FLOPs per parameter per token, plus attention).
 The bytes a decode step reads, and the roofline they set, are :mod:`paged_kv.memory.decode_cost`.
+
+:func:`time_decode_attention` times one layer of decode attention alone as the context grows
+(chapter 2), built to be stable on a small shared CPU: one thread timed by its own CPU time, no allocation that
+grows with the context, lengths interleaved round by round, the median per length.
 """
 
 from __future__ import annotations
 
+import math
+import statistics
 import time
 from dataclasses import dataclass
 
@@ -17,13 +23,15 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import flop_registry, shape_wrapper
 
+from ..errors import ConfigError
 from ..model.config import ModelConfig
 from ..model.llama import TinyLlama
 from ..validate import count
 from .decoders import make_decoder
 from .generate import check_prompts
 
-__all__ = ["StepCost", "attention_crossover", "attention_flops", "forward_flops", "profile_decoding"]
+__all__ = ["AttentionTiming", "StepCost", "attention_crossover", "attention_flops", "decode_attention_head_major",
+           "forward_flops", "profile_decoding", "time_decode_attention"]
 
 
 @dataclass(frozen=True)
@@ -167,3 +175,81 @@ def forward_flops(cfg: ModelConfig, new_tokens: int, context_len: int) -> int:
     lookup = 0 if cfg.tie_embeddings else cfg.vocab_size * d     # an untied input table is only indexed
     matmul_params = cfg.num_parameters() - norms - lookup       # projections, MLP, LM head
     return 2 * new_tokens * matmul_params + attention_flops(cfg, new_tokens, context_len)
+
+
+@dataclass(frozen=True)
+class AttentionTiming:
+    """One context length of :func:`time_decode_attention`: ``seconds`` is the median of
+    ``runs`` (seconds each, in the order measured); ``bytes_read`` the K/V bytes one call reads
+    (``2 t Hkv D x 4``, fp32), so ``bytes_read / seconds`` is the bandwidth it reached."""
+
+    context_len: int
+    bytes_read: int
+    seconds: float
+    runs: tuple[float, ...]
+
+
+def decode_attention_head_major(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """One decode step of GQA attention over a head-major cache, reading each K/V byte once.
+
+    Args:
+        q: ``[H, D]`` the new token's queries.
+        k, v: ``[Hkv, t, D]`` (a prefix view of a longer cache is fine: it is not copied).
+
+    Returns ``[H, D]``, equal (up to rounding) to
+    :func:`kernels.decode_attention.decode_attention_reference` on the same values laid out
+    ``[1, t, Hkv, D]``.  Query head ``h`` reads KV head ``h // (H / Hkv)``.  Two batched matmuls
+    on the cache in place: their temporaries (``[Hkv, H/Hkv, t]`` scores) are ``D`` times smaller
+    than the cache, so the time is the cache's bytes, not the allocator's.
+    """
+    hkv, _, d = k.shape
+    qg = q.reshape(hkv, q.shape[0] // hkv, d)                               # [Hkv, G, D]
+    scores = torch.matmul(qg, k.transpose(1, 2)) * (1.0 / math.sqrt(d))     # [Hkv, G, t]
+    return torch.matmul(torch.softmax(scores, dim=-1), v).reshape(q.shape)  # [H, D]
+
+
+def time_decode_attention(context_lens: list[int], num_heads: int = 32, num_kv_heads: int = 8,
+                          head_dim: int = 128, repeats: int = 9, threads: int = 1,
+                          seed: int = 0, clock=None) -> list[AttentionTiming]:
+    """Time one layer of decode attention (fp32, CPU) at each context length.
+
+    The cache is made once, for the longest length, head-major ``[Hkv, T, D]``; each length reads
+    a prefix of it (:func:`decode_attention_head_major`).  ``repeats`` rounds, each timing every
+    length once in turn after one untimed warm-up round, so a burst of other work on the machine
+    lands on all lengths alike; the median of each length's runs is kept.  PyTorch runs on
+    ``threads`` threads meanwhile (restored after): on a machine shared with other jobs, more
+    threads than free cores make times jump.
+
+    Raises:
+        ConfigError: no lengths, a length < 1, ``num_heads`` not a multiple of ``num_kv_heads``,
+            ``repeats`` or ``threads`` < 1.
+    """
+    lens = [count("context_len", t, 1) for t in context_lens]
+    if not lens:
+        raise ConfigError("context_lens must not be empty")
+    h, hkv, d = (count(n, v, 1) for n, v in (("num_heads", num_heads), ("num_kv_heads", num_kv_heads),
+                                             ("head_dim", head_dim)))
+    if h % hkv:
+        raise ConfigError(f"num_heads ({h}) must be a multiple of num_kv_heads ({hkv})")
+    repeats, threads = count("repeats", repeats, 1), count("threads", threads, 1)
+    if clock is None:
+        fine = time.get_clock_info("thread_time").resolution <= 1e-6
+        clock = time.thread_time if fine else time.perf_counter
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(h, d, generator=g)
+    k = torch.randn(hkv, max(lens), d, generator=g)
+    v = torch.randn(hkv, max(lens), d, generator=g)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        runs: dict[int, list[float]] = {i: [] for i in range(len(lens))}
+        for r in range(repeats + 1):
+            for i, t in enumerate(lens):
+                t0 = clock()
+                decode_attention_head_major(q, k[:, :t], v[:, :t])
+                if r:                                               # round 0 warms up
+                    runs[i].append(clock() - t0)
+    finally:
+        torch.set_num_threads(before)
+    return [AttentionTiming(t, 2 * t * hkv * d * 4, statistics.median(runs[i]), tuple(runs[i]))
+            for i, t in enumerate(lens)]

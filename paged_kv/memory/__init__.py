@@ -10,7 +10,8 @@ Pure Python (no torch), so the static calculator can run where torch does not.  
 * :mod:`~paged_kv.memory.ledger`: bytes per token / per sequence / of the weights, per GPU;
 * :mod:`~paged_kv.memory.plan`: :func:`plan_memory`, the largest batch that fits;
 * :mod:`~paged_kv.memory.decode_cost`: bytes and FLOPs of one decode step, arithmetic intensity,
-  ridge points and the roofline bound (chapter 2);
+  ridge points, both roofline bounds on a step's time (cached or recompute, chapter 1), the
+  roofline bound and the memory wall on tokens/s (chapter 2);
 * :mod:`~paged_kv.memory.vllm_log`: a vLLM start-up log's KV-cache lines recomputed from the
   ledger (:func:`explain_vllm_log`, "why only X x?");
 * :mod:`~paged_kv.memory.startup_logs`: real start-up logs from public threads, cited, as data.
@@ -18,8 +19,8 @@ Pure Python (no torch), so the static calculator can run where torch does not.  
 Byte units (``GiB`` vs ``GB``, :func:`format_bytes`) live in the leaf :mod:`paged_kv.units`.
 """
 
-from .decode_cost import (arithmetic_intensity, ridge_point, roofline_tokens_per_s, step_bytes, step_flops,
-                          weights_read_per_step)
+from .decode_cost import (DecodeCeiling, StepTime, arithmetic_intensity, generation_time, max_decode_throughput, ridge_point,
+                          roofline_tokens_per_s, step_bytes, step_flops, step_time, weights_read_per_step)
 from .kv_dtype import KV_DTYPES, KVDType, get_kv_dtype
 from .ledger import (as_spec, attention_variant, budget_range_for_slots, layers_per_stage, kv_bytes_per_token, kv_bytes_per_token_per_layer, kv_cache_bytes,
                      kv_heads_per_gpu, kv_slots, tokens_to_reach, weights_bytes)
@@ -36,7 +37,8 @@ __all__ = [
     "kv_bytes_per_token_per_layer", "kv_cache_bytes", "kv_heads_per_gpu", "kv_slots", "max_batch_size",
     "max_tokens", "model_preset", "plan_memory", "tiny_spec", "tokens_to_reach", "weights_bytes",
     "weights_dtype_name", "arithmetic_intensity", "ridge_point", "roofline_tokens_per_s", "step_bytes",
-    "step_flops", "weights_read_per_step", "window_blocks", "window_max_blocks", "window_peak_blocks",
+    "step_flops", "weights_read_per_step", "DecodeCeiling", "StepTime", "generation_time",
+    "max_decode_throughput", "step_time", "window_blocks", "window_max_blocks", "window_peak_blocks",
     "STARTUP_LOGS", "StartupLog", "LogCheck", "LogExplanation", "VLLMPool", "explain_vllm_log", "parse_vllm_log",
     "vllm_pool",
 ]

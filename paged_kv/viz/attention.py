@@ -72,9 +72,14 @@ def attention_step_cells(t: int, t_max: int, mode: str) -> list[list[int]]:
 
 
 def _counts(t: int, mode: str) -> str:
-    scores = t * (t + 1) // 2 if mode == "recompute" else t
-    kv = t if mode == "recompute" else 1
-    return f"step t = {t}: {scores} scores and {kv} K/V pair{'s' if kv > 1 else ''}<br>computed per layer and head"
+    """The title of step ``t``: what it computes per layer and head.  Recompute: the ``t(t+1)/2``
+    scores of the causal triangle are needed, but the torch path (a causal mask on the full
+    matrix) computes all ``t^2`` and masks the rest, so both are named."""
+    if mode == "cached":
+        return f"step t = {t}, per layer and head:<br>{t} score{'s' if t > 1 else ''} and 1 K/V pair computed"
+    needed = t * (t + 1) // 2
+    return (f"step t = {t}, per layer and head: {t} K/V pair{'s' if t > 1 else ''}<br>and {needed} scores "
+            f"(the triangle) computed again;<br>the torch path computes all {t * t}, then masks {t * t - needed}")
 
 
 def attention_triangle_figure(mode: str, t_values: Sequence[int] = tuple(range(2, 13)),
@@ -82,9 +87,9 @@ def attention_triangle_figure(mode: str, t_values: Sequence[int] = tuple(range(2
     """Step ``t`` of decoding as a grid (queries down, keys across) under a K/V strip, with a
     slider over ``t_values`` (static frames).  ``mode``: ``"recompute"`` or ``"cached"``.
 
-    The title counts what the step computes per layer and head: ``t(t+1)/2`` scores and ``t``
-    K/V pairs (recompute; the torch path even computes the full masked ``t^2``), or ``t`` scores
-    and one K/V pair (cached).
+    The title counts what the step computes per layer and head: ``t`` K/V pairs and the
+    ``t(t+1)/2`` scores of the triangle, and the ``t^2`` the torch path computes before masking
+    (recompute), or ``t`` scores and one K/V pair (cached).
 
     Raises:
         ConfigError: an unknown mode or empty / non-positive ``t_values``.
@@ -121,7 +126,7 @@ def attention_triangle_figure(mode: str, t_values: Sequence[int] = tuple(range(2
                         slider=dict(pad=dict(t=10, l=60)))   # clear of the play button at any width
     fig.update_layout(
         title=dict(text=_counts(t0, mode), font=dict(size=13)), height=600,
-        margin=dict(l=40, r=10, t=85, b=210), plot_bgcolor="#D8D8D8",
+        margin=dict(l=40, r=10, t=40 + 17 * _counts(t0, mode).count("<br>") + 45, b=210), plot_bgcolor="#D8D8D8",
         xaxis=dict(side="top", title=None, tickfont=dict(size=10), fixedrange=True, showgrid=False,
                    zeroline=False, constrain="domain"),  # the square grid, no background beside it
         yaxis=dict(autorange="reversed", tickfont=dict(size=10), fixedrange=True, scaleanchor="x",

@@ -1,6 +1,7 @@
 """What decoding costs, as figures (chapters 1 and 2): FLOPs per step split into linear layers and
 attention, cumulative FLOPs on log-log axes with slope guides, per-step cost on a log *and* a
-linear axis, and the roofline bound on decode throughput.
+linear axis, and the roofline bound on decode throughput with the memory wall (the largest batch
+that fits).
 
 Figures from plain data (lists of numbers the chapters compute with
 :func:`paged_kv.decoding.forward_flops`, :func:`~paged_kv.decoding.profile_decoding` and
@@ -18,7 +19,8 @@ from plotly.subplots import make_subplots
 from ..errors import ConfigError
 from .palette import COLORS
 
-__all__ = ["flops_split_figure", "roofline_figure", "scaling_figure", "step_cost_figure"]
+__all__ = ["attention_timing_figure", "flops_split_figure", "log_ticks", "roofline_figure", "scaling_figure",
+           "step_cost_figure"]
 
 _LEGEND = dict(orientation="h", y=-0.22, yanchor="top", x=0)
 _MARGIN = dict(l=60, r=15, t=75, b=40)
@@ -37,6 +39,23 @@ def _title(text: str, width: int = 38) -> str:
         else:
             line = f"{line} {word}" if line else word
     return "<br>".join(lines + [line])
+
+
+def log_ticks(values: Sequence[float]) -> dict:
+    """Tick settings of a log axis over ``values``: one tick per decade (``dtick=1``) when they
+    span at least two decades; otherwise explicit ticks at 1, 2 and 5 times the powers of ten
+    inside their range (``tickvals``/``ticktext``), because one tick per decade can leave an axis
+    spanning less than a decade with no label at all, and plotly's own minor labels crowd it."""
+    positive = [v for v in values if v is not None and v > 0]
+    if not positive:
+        return {}
+    lo, hi = min(positive), max(positive)
+    if math.log10(hi / lo) >= 2:
+        return {"dtick": 1}
+    ticks = [m * 10.0 ** k for k in range(math.floor(math.log10(lo)) - 1, math.ceil(math.log10(hi)) + 1)
+             for m in (1, 2, 5)]
+    inside = [v for v in ticks if lo / 1.05 <= v <= hi * 1.05] or [lo, hi]
+    return {"tickvals": inside, "ticktext": [f"{v:g}" for v in inside]}
 
 
 def _same_length(x, *ys) -> None:
@@ -139,7 +158,8 @@ def step_cost_figure(ctx: Sequence[int], series: dict[str, Sequence[float]], uni
         last = list(series.values())[-1]
         fig.add_annotation(x=ctx[0], y=math.log10(last[0]), xref="x", yref="y", text=prefill_label,
                            showarrow=True, arrowhead=2, ax=60, ay=-25, font=dict(size=11))  # log axis: log10(y)
-    fig.update_yaxes(type="log", title_text=unit, row=1, col=1, exponentformat="power", dtick=1)
+    fig.update_yaxes(type="log", title_text=unit, row=1, col=1, exponentformat="power",
+                     **log_ticks([v for y in series.values() for v in y]))
     fig.update_yaxes(title_text=unit, row=2, col=1)
     fig.update_xaxes(title_text="tokens in the sequence (t)", row=2, col=1)
     fig.update_layout(title=_title(title), height=620, margin=_MARGIN, legend=dict(orientation="h", y=-0.1, yanchor="top"))
@@ -147,23 +167,99 @@ def step_cost_figure(ctx: Sequence[int], series: dict[str, Sequence[float]], uni
     return fig
 
 
-def roofline_figure(contexts: Sequence[int], tokens_per_s: dict[str, Sequence[float]], title: str) -> go.Figure:
+def roofline_figure(contexts: Sequence[int], tokens_per_s: dict[str, Sequence[float | None]], title: str,
+                    wall: Sequence[tuple[int, float]] | None = None,
+                    compute_roof: Sequence[float] | None = None) -> go.Figure:
     """The roofline bound on decode throughput (tokens/s) against the context, one line per
-    batch (label -> values over ``contexts``), log-log.
+    batch (label -> values over ``contexts``; ``None`` where that batch does not fit, so its line
+    ends there), log-log.
+
+    ``wall``: per context, ``(largest batch that fits, its bound in tokens/s)``
+    (:func:`paged_kv.memory.max_decode_throughput`), drawn as the memory wall with its batch
+    written at each point and the region above it shaded (batches whose KV cache does not fit);
+    a context where nothing fits (batch 0) is left out.  ``compute_roof``: tokens/s if compute
+    alone limited (any batch), a dashed line; with both, a line under the title says what the
+    shading and the gap between them mean (KV capacity, not arithmetic, caps tokens/s).
 
     Raises:
         ConfigError: series of different lengths or non-positive values.
     """
-    _same_length(contexts, *tokens_per_s.values())
-    if any(min(v) <= 0 for v in tokens_per_s.values()):
+    _same_length(contexts, *tokens_per_s.values(), *([wall] if wall is not None else []),
+                 *([compute_roof] if compute_roof is not None else []))
+    values = [v for y in tokens_per_s.values() for v in y if v is not None]
+    if any(v <= 0 for v in values) or (compute_roof is not None and min(compute_roof) <= 0):
         raise ConfigError("tokens/s must be positive (log axis)")
     fig = go.Figure()
     for i, (label, y) in enumerate(tokens_per_s.items()):
-        fig.add_trace(go.Scatter(x=list(contexts), y=list(y), name=label, mode="lines+markers",
-                                 marker=dict(size=5), line=dict(color=COLORS[i % len(COLORS)])))
-    fig.update_layout(title=_title(title), height=420, margin=_MARGIN, legend=_LEGEND,
+        fig.add_trace(go.Scatter(x=list(contexts), y=[v for v in y], name=label, mode="lines+markers",
+                                 marker=dict(size=5), line=dict(color=COLORS[i % len(COLORS)]),
+                                 connectgaps=False))
+    layout_y = dict(type="log", title="at most tokens/s (whole batch)", dtick=1, exponentformat="power")
+    if compute_roof is not None:
+        fig.add_trace(go.Scatter(x=list(contexts), y=list(compute_roof), name="compute roof (any batch)",
+                                 mode="lines", line=dict(color="#555", dash="dash", width=1.5)))
+        values += list(compute_roof)
+    if wall is not None:
+        pts = [(c, b, v) for c, (b, v) in zip(contexts, wall) if b > 0]
+        if any(v <= 0 for _, _, v in pts):
+            raise ConfigError("the wall's tokens/s must be positive where a batch fits")
+        if pts:
+            values += [v for _, _, v in pts]
+            top = 10 ** (math.log10(max(values)) + 0.35)         # room for the labels above the wall
+            xs, ys = [c for c, _, _ in pts], [v for _, _, v in pts]
+            fig.add_trace(go.Scatter(x=xs + xs[::-1], y=ys + [top] * len(xs), fill="toself", mode="none",
+                                     fillcolor="rgba(120,120,120,0.18)", hoverinfo="skip",
+                                     name="batch does not fit in memory"))
+            fig.add_trace(go.Scatter(x=xs, y=ys, name="memory wall (largest batch that fits)",
+                                     mode="lines+markers+text", text=[f"B={b:,}" for _, b, _ in pts],
+                                     textposition=["top right"] + ["top center"] * (len(pts) - 1),
+                                     textfont=dict(size=10, color="#222"),   # the first clear of the axis
+                                     customdata=[b for _, b, _ in pts],
+                                     hovertemplate="t = %{x:,}: at most %{customdata:,} sequences fit, "
+                                                   "%{y:,.0f} tokens/s<extra></extra>",
+                                     marker=dict(size=7, color="#222"), line=dict(color="#222", width=3)))
+            layout_y["range"] = [math.log10(min(values)) - 0.15, math.log10(top)]
+
+    text, margin = _title(title), dict(_MARGIN)
+    if wall is not None and compute_roof is not None:   # the figure says what the gap means
+        note = _title("Shaded: batches whose KV cache does not fit. Between the wall and the roof, "
+                      "KV capacity, not arithmetic, caps tokens/s.", 54)
+        text += f"<br><span style='font-size:12px'>{note}</span>"
+        margin["t"] += 18 * (note.count("<br>") + 1)
+    height = 480 + margin["t"] - _MARGIN["t"] if wall is not None else 420
+    fig.update_layout(title=dict(text=text, y=1 - 24 / height, yanchor="top"), height=height, margin=margin,
+                      legend=_LEGEND,
                       xaxis=dict(type="log", title="context per sequence (t, tokens)", tickvals=list(contexts),
                                  ticktext=[f"{c:,}" for c in contexts]),
-                      yaxis=dict(type="log", title="at most tokens/s (whole batch)", dtick=1,
-                                 exponentformat="power"))
+                      yaxis=layout_y)
+    return fig
+
+
+def attention_timing_figure(context_lens: Sequence[int], ms: Sequence[float], bytes_read: Sequence[int],
+                            title: str, label: str = "measured (median)") -> go.Figure:
+    """Measured time of one decode-attention layer against the context, log-log, with a slope-1
+    guide: the bytes read (``bytes_read``, exact) at the bandwidth reached at the longest context,
+    so the guide passes through that point and a time proportional to the bytes lies on it.
+
+    Raises:
+        ConfigError: series of different lengths or non-positive values.
+    """
+    _same_length(context_lens, ms, bytes_read)
+    if min(context_lens) <= 0 or min(ms) <= 0 or min(bytes_read) <= 0:
+        raise ConfigError("log-log axes need positive lengths, times and bytes")
+    per_byte = ms[-1] / bytes_read[-1]                      # ms per byte at the longest context
+    guide = [b * per_byte for b in bytes_read]
+    gbs = [b / (m * 1e6) for b, m in zip(bytes_read, ms)]   # bytes per ms / 1e6 = GB/s
+    fig = go.Figure()
+    fig.add_trace(go.Scatter(x=list(context_lens), y=guide, mode="lines", line=dict(color="#555", dash="dash"),
+                             name=f"∝ bytes read (slope 1), at {gbs[-1]:.1f} GB/s"))
+    fig.add_trace(go.Scatter(x=list(context_lens), y=list(ms), mode="lines+markers", name=label,
+                             marker=dict(size=7, color=COLORS[0]), line=dict(color=COLORS[0]),
+                             customdata=[[b / 2**20, g] for b, g in zip(bytes_read, gbs)],
+                             hovertemplate="t = %{x:,}: %{y:.2f} ms, %{customdata[0]:.0f} MiB read, "
+                                           "%{customdata[1]:.1f} GB/s<extra></extra>"))
+    fig.update_layout(title=_title(title), height=420, margin=_MARGIN, legend=_LEGEND,
+                      xaxis=dict(type="log", title="cached tokens (t)", tickvals=list(context_lens),
+                                 ticktext=[f"{c:,}" for c in context_lens]),
+                      yaxis=dict(type="log", title="ms per call", **log_ticks(list(ms) + guide)))
     return fig

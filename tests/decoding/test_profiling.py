@@ -2,8 +2,11 @@
 and the argument checks."""
 
 import pytest
+import torch
 
-from paged_kv.decoding import attention_crossover, forward_flops, profile_decoding
+from kernels.decode_attention import decode_attention_reference
+from paged_kv.decoding import (attention_crossover, decode_attention_head_major, forward_flops, profile_decoding,
+                               time_decode_attention)
 from paged_kv.errors import ConfigError, PromptError
 from paged_kv.model import ModelConfig
 
@@ -92,3 +95,34 @@ def test_attention_crossovers_by_hand():
                        head_dim=64, intermediate_size=768, max_seq_len=512)
     P_tiny = 4 * (256 * 256 * 2 + 2 * 256 * 128 + 3 * 256 * 768) + 256 * 256
     assert attention_crossover(tiny) == -(-P_tiny // (2 * 4 * 4 * 64)) == 1_568
+
+
+@pytest.mark.parametrize("t", [1, 5, 70])
+def test_head_major_decode_attention_equals_the_kernel_reference(t):
+    """The timed attention is the real one: the same values laid out [1, T, Hkv, D] through
+    kernels' decode_attention_reference, on a prefix view of a longer cache (not copied)."""
+    g = torch.Generator().manual_seed(t)
+    q, k, v = torch.randn(8, 16, generator=g), torch.randn(2, 80, 16, generator=g), torch.randn(2, 80, 16, generator=g)
+    ref = decode_attention_reference(q[None], k.transpose(0, 1)[None], v.transpose(0, 1)[None],
+                                     torch.tensor([t], dtype=torch.int32))
+    torch.testing.assert_close(decode_attention_head_major(q, k[:, :t], v[:, :t]), ref[0], rtol=1e-5, atol=1e-6)
+
+
+def test_time_decode_attention_counts_bytes_and_restores_threads():
+    before = torch.get_num_threads()
+    rows = time_decode_attention([3, 64], num_heads=4, num_kv_heads=2, head_dim=8, repeats=3, threads=1)
+    assert torch.get_num_threads() == before
+    assert [r.context_len for r in rows] == [3, 64]
+    k = torch.empty(2, 64, 8)                                    # what one call reads: K and V, fp32
+    assert [r.bytes_read for r in rows] == [2 * k[:, :3].nbytes, 2 * k.nbytes]
+    for r in rows:
+        assert len(r.runs) == 3 and r.seconds == sorted(r.runs)[1] and r.seconds > 0
+    ticks = iter(range(100))                                     # a clock that counts calls
+    rows = time_decode_attention([3, 5], num_heads=2, num_kv_heads=1, head_dim=4, repeats=2,
+                                 clock=lambda: next(ticks))
+    assert [r.runs for r in rows] == [(1, 1), (1, 1)]             # read twice around each timed call
+    for bad in ([], [0]):
+        with pytest.raises(ConfigError):
+            time_decode_attention(bad)
+    with pytest.raises(ConfigError, match="multiple"):
+        time_decode_attention([4], num_heads=6, num_kv_heads=4)

@@ -7,8 +7,8 @@ import torch
 
 from paged_kv.decoding import forward_flops
 from paged_kv.errors import ConfigError
-from paged_kv.memory import (arithmetic_intensity, budget_range_for_slots, step_bytes,
-                             step_flops, kv_bytes_per_token, model_preset, ridge_point,
+from paged_kv.memory import (plan_memory, arithmetic_intensity, budget_range_for_slots, generation_time, max_decode_throughput, step_bytes,
+                             step_flops, step_time, kv_bytes_per_token, model_preset, ridge_point,
                              roofline_tokens_per_s, tokens_to_reach, weights_read_per_step)
 from paged_kv.model import ModelConfig, TinyLlama
 from paged_kv.storage import ContiguousKVCache
@@ -113,3 +113,81 @@ def test_step_flops_and_forward_flops_differ_by_the_norm_weights_exactly(small_c
             exact = b * forward_flops(small_cfg, 1, t)
             norms = (2 * small_cfg.num_layers + 1) * small_cfg.hidden_size
             assert spec["linear"] + spec["attention"] - exact == 2 * b * norms
+
+
+@pytest.mark.parametrize("t", [1, 37, 1024])
+def test_recompute_step_time_is_the_chapter_1_count(small_cfg, t):
+    """A recompute step's FLOPs from the spec against forward_flops(cfg, t, t), the model's own
+    matmul count: they differ by the norm weights only, times the t tokens fed; its bytes are the
+    weights alone (no cache is read)."""
+    st = step_time(small_cfg, "H100-80GB", t, recompute=True)
+    norms = (2 * small_cfg.num_layers + 1) * small_cfg.hidden_size
+    assert st.flops - forward_flops(small_cfg, t, t) == 2 * t * norms
+    assert st.bytes == weights_read_per_step(small_cfg)
+    assert st.compute_s == pytest.approx(st.flops / 989.4e12)
+    assert st.memory_s == pytest.approx(st.bytes / 3.35e12)
+
+
+def test_step_time_bounds_by_hand_for_llama3_on_an_h100():
+    """Recompute at 1K and 8K tokens is compute-bound, the cached step memory-bound (chapter 1),
+    each side counted by hand from the config and the datasheet."""
+    for t in (1024, 8192):
+        rec = step_time("Llama-3-8B", "H100-80GB", t, recompute=True)
+        assert rec.flops == 2 * t * (PARAMS - EMB) + 4 * 32 * 32 * 128 * t * t
+        assert rec.bytes == (PARAMS - EMB) * 2
+        assert rec.limit == "compute" and rec.seconds == rec.compute_s
+        cached = step_time("Llama-3-8B", "H100-80GB", t)
+        assert cached.bytes == (PARAMS - EMB) * 2 + t * KV_PER_TOKEN
+        assert cached.flops == 2 * (PARAMS - EMB) + 4 * 32 * 32 * 128 * t
+        assert cached.limit == "memory" and cached.seconds == pytest.approx(cached.bytes / 3.35e12)
+    with pytest.raises(ConfigError):
+        step_time("Llama-3-8B", "H100-80GB", 0, recompute=True)
+
+
+def test_roofline_is_one_over_the_step_time():
+    st = step_time("Llama-3-8B", "A100-80GB", 3000, 12)
+    assert roofline_tokens_per_s("Llama-3-8B", "A100-80GB", 3000, 12) == pytest.approx(12 / st.seconds)
+
+
+@pytest.mark.parametrize("model,gpu,t", [("Llama-3-8B", "H100-80GB", 2048), ("Llama-3-8B", "H100-80GB", 8192),
+                                         ("Llama-3-8B", "H100-80GB", 256), ("Llama-2-7B", "A100-40GB", 4096),
+                                         ("Mistral-7B", "A100-80GB", 30000)])
+def test_memory_wall_is_the_best_batch_that_fits_by_brute_force(model, gpu, t):
+    """Every batch from 1 up, asked of plan_memory whether it fits and of the roofline what it
+    gives: the best that fits is the wall's batch and bound, and one more does not fit."""
+    wall = max_decode_throughput(model, gpu, t)
+    fits, b = [], 1
+    while plan_memory(model, gpu, t, b).fits:
+        fits.append((roofline_tokens_per_s(model, gpu, t, b), b))
+        assert b < 10_000
+        b += 1
+    assert wall.batch_size == len(fits)
+    # no batch that fits does better (compute-bound batches tie, up to rounding)
+    assert wall.tokens_per_s == pytest.approx(max(v for v, _ in fits), rel=1e-12)
+    assert wall.step == step_time(model, gpu, t, wall.batch_size)
+
+
+def test_memory_wall_issue_values_and_nothing_fits():
+    """The review's 226 / 113 / 56 sequences; at 8K tokens about 2,500 tokens/s, not the 2,958
+    of batch 256 (which does not fit)."""
+    assert [max_decode_throughput("Llama-3-8B", "H100-80GB", t).batch_size for t in (2048, 4096, 8192)] == [226, 113, 56]
+    wall = max_decode_throughput("Llama-3-8B", "H100-80GB", 8192)
+    assert 2400 < wall.tokens_per_s < 2600 < roofline_tokens_per_s("Llama-3-8B", "H100-80GB", 8192, 256)
+    none = max_decode_throughput("Llama-2-70B", "T4", 1024)            # 140 GB of weights on 15 GiB
+    assert (none.batch_size, none.tokens_per_s, none.step) == (0, 0.0, None)
+
+
+def test_generation_time_closed_forms():
+    """Cached Llama-3-8B steps on an H100 are all memory-bound: the sum is n weight reads plus
+    the K/V of 1 + 2 + ... + n tokens, over the bandwidth.  Recompute steps from the ridge on are
+    compute-bound: summed by hand, step by step, from the config's own counts."""
+    n = 3000
+    w = (PARAMS - EMB) * 2
+    cached = generation_time("Llama-3-8B", "H100-80GB", n)
+    assert cached == pytest.approx((n * w + KV_PER_TOKEN * n * (n + 1) // 2) / 3.35e12)
+    by_hand = sum(max(w / 3.35e12, (2 * t * (PARAMS - EMB) + 4 * 32 * 32 * 128 * t * t) / 989.4e12)
+                  for t in range(1, n + 1))
+    assert generation_time("Llama-3-8B", "H100-80GB", n, recompute=True) == pytest.approx(by_hand)
+    assert generation_time("Llama-3-8B", "H100-80GB", 1, recompute=True) == pytest.approx(w / 3.35e12)
+    with pytest.raises(ConfigError):
+        generation_time("Llama-3-8B", "H100-80GB", 0)

@@ -33,7 +33,7 @@ def test_figure_has_one_frame_per_step_and_rejects_bad_input():
     assert [f.name for f in fig.frames] == ["t=2", "t=3", "t=4"]
     assert [s.label for s in fig.layout.sliders[0].steps] == ["2", "3", "4"]
     assert [list(r) for r in fig.frames[2].data[0].z] == va.attention_step_cells(4, 4, "cached")
-    assert "3 scores and 1 K/V pair<br>" in fig.layout.title.text
+    assert "3 scores and 1 K/V pair computed" in fig.layout.title.text
     with pytest.raises(ConfigError, match="mode"):
         va.attention_step_cells(2, 4, "paged")
     with pytest.raises(ConfigError, match="t must be"):
@@ -45,3 +45,17 @@ def test_every_category_in_a_picture_has_its_own_colour(mode):
     fig = va.attention_triangle_figure(mode)
     legend = [tr.marker.color for tr in fig.data[1:]]
     assert len(legend) == len(set(legend)) == 4
+
+
+@pytest.mark.parametrize("t", [2, 7, 12])
+def test_recompute_title_names_the_triangle_and_the_full_matrix(t):
+    """The title's counts are the figure's own cells: the triangle's scores (needed) and the
+    t x t matrix the torch path computes before masking (chapter 1's 28 of 49 at t = 7)."""
+    fig = va.attention_triangle_figure("recompute", t_values=[t], active=0)
+    cells = va.attention_step_cells(t, t, "recompute")
+    triangle = _count(cells[1:], 1) + _count(cells[1:], 2)
+    matrix = sum(1 for row in cells[1:t + 1] for _ in row[:t])        # every query row x every key
+    title = fig.layout.title.text
+    assert f"{triangle} scores (the triangle)" in title
+    assert f"computes all {matrix}, then masks {matrix - triangle}" in title
+    assert f"{_count(cells[:1], 4) + _count(cells[:1], 6)} K/V pairs" in title

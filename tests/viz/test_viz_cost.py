@@ -51,3 +51,44 @@ def test_long_titles_are_broken_to_fit_a_phone():
     assert len(lines) > 1 and all(len(line) <= 38 for line in lines)
     assert " ".join(lines) == text                     # nothing lost, broken at spaces only
     assert vc.roofline_figure([1, 2], {"b": [3.0, 2.0]}, "short").layout.title.text == "short"
+
+
+def test_log_panel_keeps_tick_labels_when_it_spans_under_two_decades():
+    """One tick per decade on an axis from 1.4 to 9 ms shows no label at all (review shot 03):
+    such an axis gets ticks at 1-2-5 inside its range; three decades keep one tick per decade."""
+    assert vc.log_ticks([1.4, 2.0, 9.0]) == {"tickvals": [2.0, 5.0], "ticktext": ["2", "5"]}
+    assert vc.log_ticks([0.9, 30.0])["ticktext"] == ["1", "2", "5", "10", "20"]
+    assert vc.log_ticks([1.0, 50.0, 1000.0]) == {"dtick": 1}
+    fig = vc.step_cost_figure([8, 9, 10], {"recompute": [2.0, 6.0, 9.0], "cache": [2.0, 1.5, 1.6]}, "ms", "t")
+    assert list(fig.layout.yaxis.tickvals) == [2.0, 5.0] and fig.layout.yaxis.dtick is None
+    fig = vc.step_cost_figure([8, 9, 10], {"recompute": [50, 600, 7000], "cache": [50, 6.0, 6.1]}, "MFLOP", "t")
+    assert fig.layout.yaxis.dtick == 1
+
+
+def test_attention_timing_guide_is_the_bytes_through_the_longest_point():
+    fig = vc.attention_timing_figure([512, 1024, 4096], [1.0, 1.5, 6.0], [100, 200, 800], "t")
+    guide, measured = fig.data
+    assert list(measured.y) == [1.0, 1.5, 6.0]
+    assert guide.y[-1] == pytest.approx(6.0)                           # through the longest point
+    assert guide.y[1] / guide.y[0] == pytest.approx(2.0) and guide.y[2] / guide.y[0] == pytest.approx(8.0)
+    assert fig.layout.xaxis.type == fig.layout.yaxis.type == "log"
+    with pytest.raises(ConfigError, match="positive"):
+        vc.attention_timing_figure([1, 2], [0.0, 1.0], [1, 2], "t")
+
+
+def test_roofline_lines_end_where_the_batch_stops_fitting_and_the_wall_is_drawn():
+    fig = vc.roofline_figure([256, 512, 1024], {"batch 1": [200.0, 199.0, 198.0], "batch 256": [9e3, 8e3, None]},
+                             "r", wall=[(900, 2e4), (450, 1e4), (220, 5e3)], compute_roof=[6e4, 6e4, 5e4])
+    names = [t.name for t in fig.data]
+    assert list(fig.data[names.index("batch 256")].y)[-1] is None       # the line ends: no point drawn
+    wall = fig.data[names.index("memory wall (largest batch that fits)")]
+    assert list(wall.y) == [2e4, 1e4, 5e3] and list(wall.text) == ["B=900", "B=450", "B=220"]
+    shade = fig.data[names.index("batch does not fit in memory")]
+    assert shade.fill == "toself" and min(shade.y) == 5e3 and max(shade.y) > 6e4   # from the wall up
+    assert 10 ** fig.layout.yaxis.range[1] >= max(shade.y)
+    assert "KV capacity, not arithmetic, caps tokens/s" in fig.layout.title.text.replace("<br>", " ")
+    assert 10 ** fig.layout.yaxis.range[1] > 2 * 2e4                  # room for the label over the top point
+    # a context where nothing fits is left off the wall
+    fig = vc.roofline_figure([1, 2], {"b": [3.0, None]}, "r", wall=[(4, 9.0), (0, 0.0)])
+    names = [t.name for t in fig.data]
+    assert list(fig.data[names.index("memory wall (largest batch that fits)")].x) == [1]
