@@ -16,6 +16,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from ..errors import ConfigError
+from .labels import wrap_title
 from .palette import COLORS
 
 __all__ = ["flops_split_figure", "roofline_figure", "scaling_figure", "step_cost_figure"]
@@ -25,18 +26,9 @@ _MARGIN = dict(l=60, r=15, t=75, b=40)
 
 
 def _title(text: str, width: int = 38) -> str:
-    """``text`` broken with ``<br>`` at a space so that no line is longer than ``width``
-    characters where it can be (a title wider than a 400 px phone is cut off by plotly)."""
-    if "<br>" in text or len(text) <= width:
-        return text
-    lines, line = [], ""
-    for word in text.split(" "):
-        if line and len(line) + 1 + len(word) > width:
-            lines.append(line)
-            line = word
-        else:
-            line = f"{line} {word}" if line else word
-    return "<br>".join(lines + [line])
+    """``text`` broken with ``<br>`` at spaces into lines of at most ``width`` characters where it
+    can be (a title wider than a 400 px phone is cut off by plotly): :func:`~.labels.wrap_title`."""
+    return wrap_title(text, width)
 
 
 def _same_length(x, *ys) -> None:

@@ -44,7 +44,9 @@ def test_savings_and_latency_figures_draw_what_they_are_given():
     rows = [dict(trace="Alpaca-like", mode="parallel", width=2, ours=0.07, paper=0.061),
             dict(trace="Alpaca-like", mode="parallel", width=4, ours=0.1, paper=None)]
     fig = savings_figure(rows)
-    assert list(fig.data[0].y) == pytest.approx([7.0, 10.0]) and list(fig.data[1].y)[1] is None
+    assert list(fig.data[0].x) == pytest.approx([7.0, 10.0]) and fig.data[0].orientation == "h"
+    assert list(fig.data[1].text) == ["6.1%", "no single value"] and fig.data[1].x[1] == 0   # no bar, said so
+    assert list(fig.data[0].y) == ["n=2 parallel", "n=4 parallel"]
     lat = latency_figure({"n=2": {"paged": ([1, 2], [0.1, 0.2]), "Orca": ([1, 2], [0.1, 0.9])}}, cap=0.5)
     assert [t.name for t in lat.data] == ["paged", "Orca"] and lat.layout.yaxis.range == (0, 0.5)
     assert lat.layout.legend.y < 0                                  # below the plot, not over the title
