@@ -252,7 +252,8 @@ def hit_rate_figure(pool_sizes: Sequence, series: Mapping[str, Sequence[float]],
                     xaxis: str = "KV pool (blocks)", yaxis: str = "prefix-cache hit rate") -> go.Figure:
     """One line per series (e.g. per prefix length) against pool size, y in [0, 1].
 
-    The pool sizes sit at evenly spaced positions, each labelled with its size: pools of 49, 81
+    The pool sizes sit at evenly spaced positions, smallest first, each labelled with its size
+    (the series' values follow their pool sizes in any order given): pools of 49, 81
     and 983 blocks are a factor of 20 apart, and on a linear axis (even on a log one) the two
     small pools, where the hit rate changes, were squeezed together at the left edge.  The axis
     title says the spacing is not to scale.
@@ -267,9 +268,11 @@ def hit_rate_figure(pool_sizes: Sequence, series: Mapping[str, Sequence[float]],
         if len(ys) != len(pool_sizes):
             raise ConfigError(f"series {name!r} has {len(ys)} values for {len(pool_sizes)} pool sizes")
     fig = go.Figure()
+    order = sorted(range(len(pool_sizes)), key=lambda i: pool_sizes[i])     # smallest pool at the left
+    pool_sizes = [pool_sizes[i] for i in order]
     positions = list(range(len(pool_sizes)))
     for k, (name, ys) in enumerate(series.items()):
-        fig.add_trace(go.Scatter(x=positions, y=list(ys), name=name, mode="lines+markers",
+        fig.add_trace(go.Scatter(x=positions, y=[list(ys)[i] for i in order], name=name, mode="lines+markers",
                                  customdata=[f"{p:,}" for p in pool_sizes],
                                  hovertemplate=f"{name}<br>%{{customdata}} blocks: hit rate %{{y:.0%}}<extra></extra>",
                                  line=dict(color=COLORS[k % len(COLORS)])))
