@@ -33,6 +33,8 @@ PER_LANE = 6     # request boxes per lane before "+k more"
 CPU_PER_ROW = 5  # CPU blocks per row: a holder list ("B, B.1") stays readable in a phone-wide cell
                  # (ten in one row were 30 px wide at 400 px, their labels shrunk to about 6 px)
 CPU_ROW_PX = 48  # height of one row of CPU blocks
+CPU_TEXT_SIZE = 11  # px: "B, B.1" is about 32 px wide, a cell at 400 px about 57 (plotly's own fit
+                    # shrank the two-line labels to about 6 px)
 
 
 def _order(records: Sequence) -> list:
@@ -80,7 +82,7 @@ def _cpu_trace(rec, order: Sequence) -> go.Heatmap:
     """The CPU swap pool as rows of :data:`CPU_PER_ROW` blocks, drawn as the GPU pool draws a block:
     coloured as its first holder, labelled ``id ×ref count`` and the holders, and the hover names
     every holder (a prompt block shared by a group's samples is swapped once and held by all of
-    them).  The text is sized by plotly to fit the narrowest cell (at most 12 px)."""
+    them), in :data:`CPU_TEXT_SIZE` px."""
     index = {s: k for k, s in enumerate(order)}
     holders = rec.cpu_holders or tuple(((name, None),) if name is not None else () for name in rec.cpu)
     if not holders:
@@ -102,7 +104,8 @@ def _cpu_trace(rec, order: Sequence) -> go.Heatmap:
         text[y][x] = f"<b>{b}</b> ×{len(h)}<br>{names}"
     colors = [FREE_COLOR] + [COLORS[k % len(COLORS)] for k in range(len(order))]
     return go.Heatmap(z=z, text=text, customdata=hover, hovertemplate="%{customdata}<extra></extra>",
-                      texttemplate="%{text}", name="cpu pool", showscale=False, hoverongaps=False,
+                      texttemplate="%{text}", textfont=dict(size=CPU_TEXT_SIZE), name="cpu pool", showscale=False,
+                      hoverongaps=False,
                       colorscale=discrete_scale(colors), zmin=-0.5, zmax=len(colors) - 0.5, xgap=2, ygap=2)
 
 

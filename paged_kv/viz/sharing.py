@@ -123,10 +123,13 @@ def savings_figure(rows: Sequence[Mapping], title: str = "") -> go.Figure:
     fig.update_xaxes(range=[0, top * 1.3], showgrid=True, gridcolor="#e5e5e5")
     fig.update_xaxes(title_text="memory saved by sharing (%)", row=len(traces), col=1)
     bars = max(len([r for r in rows if r["trace"] == name]) for name in traces)
-    fig.update_layout(barmode="group", bargap=0.25, bargroupgap=0.05, height=130 + len(traces) * (36 * bars + 40),
-                      title=dict(text=wrap_title(title), x=0.01, font=dict(size=14)),
+    head = wrap_title(title)
+    extra = 18 * head.count("<br>")                              # room for a title broken for a phone
+    fig.update_layout(barmode="group", bargap=0.25, bargroupgap=0.05,
+                      height=130 + extra + len(traces) * (36 * bars + 40),
+                      title=dict(text=head, x=0.01, font=dict(size=14)),
                       uniformtext=dict(minsize=10, mode="show"), plot_bgcolor="white",
-                      margin=dict(l=10, r=20, t=70, b=60),
+                      margin=dict(l=10, r=20, t=70 + extra, b=60),
                       legend=dict(orientation="h", x=0, y=-0.04 * 3, yanchor="top", traceorder="normal"))
     fig.update_yaxes(automargin=True)
     return fig

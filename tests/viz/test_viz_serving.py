@@ -83,7 +83,7 @@ def test_the_cpu_pool_wraps_into_rows_and_every_block_keeps_its_cell(run):
         assert re.match(rf"(<b>)?{b}\b", trace.text[y][x]), (b, trace.text[y][x])
     cells = [c for row in trace.z for c in row]
     assert cells.count(None) == len(cells) - n          # only the cells past the last block are empty
-    assert trace.textfont.size is None                   # sized by plotly to fit the cell
+    assert trace.textfont.size >= 10                     # readable (plotly's own fit gave about 6 px)
 
 
 def test_titles_are_broken_to_fit_a_phone():
