@@ -33,6 +33,7 @@ import plotly.io as pio
 from plotly.io.base_renderers import MimetypeRenderer
 
 from .controls import add_replay_controls, layout_path, trace_indices
+from .labels import log_ticks, wrap_title
 from .palette import COLORS, FREE_COLOR, discrete_scale, tint
 
 __all__ = ["BOOK_ENV", "BookRenderer", "COLORS", "FREE_COLOR", "add_replay_controls", "discrete_scale",
@@ -73,13 +74,17 @@ def setup_plotly() -> str:
 
 
 def line_figure(x, series: dict, title: str, xaxis: str, yaxis: str, log_y: bool = False) -> go.Figure:
-    """A simple line chart: ``series`` maps a legend label to y values over ``x``."""
+    """A simple line chart: ``series`` maps a legend label to y values over ``x``; the title is
+    broken to fit a phone (:func:`~.labels.wrap_title`), and ``log_y`` labels every tick."""
     fig = go.Figure()
     for i, (label, y) in enumerate(series.items()):
         fig.add_trace(go.Scatter(x=list(x), y=list(y), mode="lines+markers", name=label,
                                  line=dict(color=COLORS[i % len(COLORS)]), marker=dict(size=4)))
-    fig.update_layout(title=title, xaxis_title=xaxis, yaxis_title=yaxis, height=380,
-                      margin=dict(l=60, r=20, t=50, b=50), legend=dict(orientation="h", y=-0.2))
-    if log_y:
-        fig.update_yaxes(type="log")
+    head = wrap_title(title)
+    extra = 18 * head.count("<br>")
+    fig.update_layout(title=head, xaxis_title=xaxis, yaxis_title=yaxis, height=380 + extra,
+                      margin=dict(l=60, r=20, t=50 + extra, b=50), legend=dict(orientation="h", y=-0.2))
+    if log_y:                                  # every tick labelled (1-2-5 per decade)
+        vals, texts = log_ticks([v for y in series.values() for v in y])
+        fig.update_yaxes(type="log", tickvals=vals, ticktext=texts)
     return fig

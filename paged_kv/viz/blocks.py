@@ -287,7 +287,8 @@ def blocks_figure(snapshots: Sequence, title: str = "", active: int | None = Non
         fig.frames = [go.Frame(name=str(s.step), data=block_traces(s, order, max_logical, size), traces=traces,
                                layout=go.Layout(title_text=head + _caption(s))) for s in snapshots]
         steps = frame_steps([str(s.step) for s in snapshots])
-        add_replay_controls(fig, steps, active, currentvalue=dict(prefix="step ", xanchor="right"),
+        add_replay_controls(fig, steps, active, currentvalue=dict(prefix="step ", suffix=f" / {snapshots[-1].step}",
+                                                                  xanchor="right"),
                             frame_ms=900, slider=dict(x=0.08, len=0.9))
     return fig
 

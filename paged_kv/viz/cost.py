@@ -17,9 +17,10 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from ..errors import ConfigError
+from .labels import log_ticks, wrap_title
 from .palette import COLORS
 
-__all__ = ["attention_timing_figure", "flops_split_figure", "log_ticks", "roofline_figure", "scaling_figure",
+__all__ = ["attention_timing_figure", "flops_split_figure", "roofline_figure", "scaling_figure",
            "step_cost_figure"]
 
 _LEGEND = dict(orientation="h", y=-0.22, yanchor="top", x=0)
@@ -27,35 +28,18 @@ _MARGIN = dict(l=60, r=15, t=75, b=40)
 
 
 def _title(text: str, width: int = 38) -> str:
-    """``text`` broken with ``<br>`` at a space so that no line is longer than ``width``
-    characters where it can be (a title wider than a 400 px phone is cut off by plotly)."""
-    if "<br>" in text or len(text) <= width:
-        return text
-    lines, line = [], ""
-    for word in text.split(" "):
-        if line and len(line) + 1 + len(word) > width:
-            lines.append(line)
-            line = word
-        else:
-            line = f"{line} {word}" if line else word
-    return "<br>".join(lines + [line])
+    """``text`` broken with ``<br>`` at spaces into lines of at most ``width`` characters where it
+    can be (a title wider than a 400 px phone is cut off by plotly): :func:`~.labels.wrap_title`."""
+    return wrap_title(text, width)
 
 
-def log_ticks(values: Sequence[float]) -> dict:
-    """Tick settings of a log axis over ``values``: one tick per decade (``dtick=1``) when they
-    span at least two decades; otherwise explicit ticks at 1, 2 and 5 times the powers of ten
-    inside their range (``tickvals``/``ticktext``), because one tick per decade can leave an axis
-    spanning less than a decade with no label at all, and plotly's own minor labels crowd it."""
-    positive = [v for v in values if v is not None and v > 0]
-    if not positive:
+def _log_axis(values: Sequence[float]) -> dict:
+    """A log axis's tick settings over ``values``, every tick labelled (:func:`~.labels.log_ticks`,
+    the one home of that rule); none when no value is > 0."""
+    if not any(v is not None and v > 0 for v in values):
         return {}
-    lo, hi = min(positive), max(positive)
-    if math.log10(hi / lo) >= 2:
-        return {"dtick": 1}
-    ticks = [m * 10.0 ** k for k in range(math.floor(math.log10(lo)) - 1, math.ceil(math.log10(hi)) + 1)
-             for m in (1, 2, 5)]
-    inside = [v for v in ticks if lo / 1.05 <= v <= hi * 1.05] or [lo, hi]
-    return {"tickvals": inside, "ticktext": [f"{v:g}" for v in inside]}
+    vals, texts = log_ticks(values)
+    return {"tickvals": vals, "ticktext": texts}
 
 
 def _same_length(x, *ys) -> None:
@@ -159,7 +143,7 @@ def step_cost_figure(ctx: Sequence[int], series: dict[str, Sequence[float]], uni
         fig.add_annotation(x=ctx[0], y=math.log10(last[0]), xref="x", yref="y", text=prefill_label,
                            showarrow=True, arrowhead=2, ax=60, ay=-25, font=dict(size=11))  # log axis: log10(y)
     fig.update_yaxes(type="log", title_text=unit, row=1, col=1, exponentformat="power",
-                     **log_ticks([v for y in series.values() for v in y]))
+                     **_log_axis([v for y in series.values() for v in y]))
     fig.update_yaxes(title_text=unit, row=2, col=1)
     fig.update_xaxes(title_text="tokens in the sequence (t)", row=2, col=1)
     fig.update_layout(title=_title(title), height=620, margin=_MARGIN, legend=dict(orientation="h", y=-0.1, yanchor="top"))
@@ -261,5 +245,5 @@ def attention_timing_figure(context_lens: Sequence[int], ms: Sequence[float], by
     fig.update_layout(title=_title(title), height=420, margin=_MARGIN, legend=_LEGEND,
                       xaxis=dict(type="log", title="cached tokens (t)", tickvals=list(context_lens),
                                  ticktext=[f"{c:,}" for c in context_lens]),
-                      yaxis=dict(type="log", title="ms per call", **log_ticks(list(ms) + guide)))
+                      yaxis=dict(type="log", title="ms per call", **_log_axis(list(ms) + guide)))
     return fig

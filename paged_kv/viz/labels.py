@@ -1,4 +1,6 @@
-"""How a token's text is written inside a figure, in one place: whitespace made visible.
+"""How text is written inside a figure, in one place: a token's text with its whitespace made
+visible (:func:`visible_token`), a title broken to fit a phone (:func:`wrap_title`), and the
+labelled ticks of a log axis (:func:`log_ticks`).
 
 A slot that stores a space or a newline would otherwise carry a blank label in the full colour of
 a stored token, which at a glance looks like a slot with nothing in it.  Every figure that writes
@@ -14,9 +16,11 @@ for the other C0 control characters.
 
 from __future__ import annotations
 
+import math
+
 from ..errors import ConfigError
 
-__all__ = ["CONTROL", "NEWLINE", "SPACE", "TAB", "visible_token"]
+__all__ = ["CONTROL", "NEWLINE", "SPACE", "TAB", "TITLE_CHARS", "log_ticks", "visible_token", "wrap_title"]
 
 SPACE = "\u2423"     # ␣
 NEWLINE = "\u23ce"   # ⏎
@@ -56,3 +60,54 @@ def visible_token(text: str) -> str:
     if not isinstance(text, str):
         raise ConfigError(f"a token label must be a str, got {type(text).__name__}: {text!r:.60}")
     return "".join(_sign(ch) for ch in text)
+
+
+TITLE_CHARS = 44   # characters of a 14-px title line that fit a 360-px phone's figure (about 7.5 px each)
+
+
+def wrap_title(text: str, width: int = TITLE_CHARS) -> str:
+    """``text`` broken with ``<br>`` at spaces so that no line is longer than ``width`` characters
+    where a space allows it (plotly never wraps a title: one wider than a phone-wide figure was cut
+    off at its right edge).  Lines already broken with ``<br>`` are wrapped one by one; a word longer
+    than ``width`` keeps a line of its own.  Markup inside a line (``<b>``, ``<sup>``) counts as
+    characters, so keep it out of long titles."""
+    out = []
+    for part in text.split("<br>"):
+        lines, line = [], ""
+        for word in part.split(" "):
+            if line and len(line) + 1 + len(word) > width:
+                lines.append(line)
+                line = word
+            else:
+                line = f"{line} {word}" if line else word
+        out.extend(lines + [line])
+    return "<br>".join(out)
+
+
+def log_ticks(values) -> tuple[list[float], list[str]]:
+    """Ticks for a log axis over ``values`` (the data, > 0): 1, 2 and 5 times each power of ten
+    from the one below the smallest value to the one above the largest, every tick with its number
+    (``"50"``, ``"1,000"``, ``"0.2"``); over more than four decades, the powers of ten only.
+    The first tick is at or below the smallest value and the last at or above the largest, so an
+    axis ranged over them shows a number at both ends.  Plotly's own log ticks label only the decades and leave
+    bare small digits (2, 3, … 9) between them, which read as noise.
+
+    Raises:
+        ConfigError: no value > 0 (a log axis has nothing to show).
+    """
+    positive = [float(v) for v in values if v is not None and math.isfinite(v) and v > 0]
+    if not positive:
+        raise ConfigError(f"log_ticks needs a value > 0, got {list(values)!r:.80}")
+    lo, hi = min(positive), max(positive)
+
+    def spanning(mantissas):
+        ticks = [m * 10.0 ** e for e in range(math.floor(math.log10(lo)) - 1, math.ceil(math.log10(hi)) + 1)
+                 for m in mantissas]
+        below = max(t for t in ticks if t <= lo * (1 + 1e-9))   # one tick at or below the data, one at or above
+        above = min(t for t in ticks if t >= hi * (1 - 1e-9))
+        return [t for t in ticks if below <= t <= above]
+
+    vals = spanning((1, 2, 5))
+    if len(vals) > 12:                                   # many decades: a labelled tick per decade
+        vals = spanning((1,))
+    return vals, [f"{t:,.0f}" if t >= 1 else f"{t:g}" for t in vals]

@@ -23,7 +23,7 @@ from plotly.subplots import make_subplots
 from ..errors import ConfigError
 from ..validate import count
 from .controls import add_replay_controls, frame_steps, trace_indices
-from .labels import visible_token
+from .labels import visible_token, wrap_title
 from .palette import COLORS, FREE_COLOR, discrete_scale, tint
 
 __all__ = ["CACHED_FREE_COLOR", "SHARED_EDGE_COLOR", "hit_rate_figure", "pool_states", "prefix_pool_figure", "radix_tree",
@@ -32,7 +32,8 @@ __all__ = ["CACHED_FREE_COLOR", "SHARED_EDGE_COLOR", "hit_rate_figure", "pool_st
 CACHED_FREE_COLOR = "#E9D8A6"    # sand: free by ref count, but its K/V is still cached
 HIT_COLOR, EVICT_COLOR = "#D4A017", "#C00000"
 SHARED_EDGE_COLOR = "#CFCFCF"    # a radix-tree edge on the path of several prompts
-PER_ROW = 8                      # blocks per row of the pool grid
+PER_ROW = 8                      # blocks per row of the pool grid (a used block's label takes two
+                                 # short lines, id over holder, so eight fit a 360-px phone)
 TRACE_NAMES = ("pool", "cached", "hits", "evicted")
 
 
@@ -71,7 +72,7 @@ def _traces(rec, order: Sequence[str]) -> list:
     for b, (state, owner, refs, cached) in enumerate(states):
         x, y = _xy(b)
         z[y][x] = {"free": 0, "cached-free": 1}.get(state, 2 + index.get(owner, 0) % len(COLORS))
-        text[y][x] = f"{b}" if state != "used" else f"<b>{b}</b> {owner}" + (f" ×{refs}" if refs > 1 else "")
+        text[y][x] = f"{b}" if state != "used" else f"<b>{b}</b><br>{owner}" + (f" ×{refs}" if refs > 1 else "")
         what = {"free": "free (ref count 0, caches nothing)",
                 "cached-free": "cached-free: ref count 0, its K/V still found by hash (evicted LRU)"}.get(
             state, f"held by {owner}, ref count {refs}" + (", caches a prefix" if cached else ""))
@@ -124,7 +125,7 @@ def prefix_pool_figure(records: Sequence, title: str = "", active: int | None = 
     rows = -(-rec.pool.num_blocks // PER_ROW)
     fig.update_xaxes(visible=False, range=[-0.6, PER_ROW - 0.4])
     fig.update_yaxes(visible=False, autorange="reversed")
-    head = f"{title}<br>" if title else ""
+    head = f"{wrap_title(title)}<br>" if title else ""
     fig.update_layout(title=dict(text=head + _caption(rec), x=0.01, font=dict(size=13)),
                       height=250 + 70 * rows, margin=dict(l=10, r=10, t=120, b=80),
                       plot_bgcolor="white", showlegend=False)
@@ -133,7 +134,8 @@ def prefix_pool_figure(records: Sequence, title: str = "", active: int | None = 
         fig.frames = [go.Frame(name=str(r.step), data=_traces(r, order), traces=idx,
                                layout=go.Layout(title_text=head + _caption(r))) for r in records]
         add_replay_controls(fig, frame_steps([str(r.step) for r in records]), active,
-                            currentvalue=dict(prefix="step ", xanchor="right"), frame_ms=900,
+                            currentvalue=dict(prefix="step ", suffix=f" / {records[-1].step}", xanchor="right"),
+                            frame_ms=900,
                             slider=dict(x=0.08, len=0.9))
     return fig
 
@@ -145,7 +147,7 @@ def refresh_prefix_pool_figure(fig, records: Sequence, title: str = "") -> None:
     if not records:
         raise ConfigError("refresh_prefix_pool_figure needs at least one StepRecord")
     new = dict(zip(TRACE_NAMES, _traces(records[-1], _owners(records))))
-    head = f"{title}<br>" if title else ""
+    head = f"{wrap_title(title)}<br>" if title else ""
     with fig.batch_update():
         fig.layout.title.text = head + _caption(records[-1])
         for name in TRACE_NAMES:
@@ -239,14 +241,22 @@ def radix_vs_blocks_figure(prompts: Sequence[str], block_size: int, title: str =
         fig.update_xaxes(range=[-0.5, right + 0.5], showgrid=False, zeroline=False, row=r, col=1,
                          title="token position" if r == 2 else None)
         fig.update_yaxes(visible=False, range=[rows - 0.5, -0.5], row=r, col=1)
-    fig.update_layout(title=dict(text=title, x=0.01, font=dict(size=14)), height=200 + 90 * len(prompts),
-                      margin=dict(l=10, r=10, t=80, b=50), plot_bgcolor="white", showlegend=False)
+    head = wrap_title(title)
+    extra = 18 * head.count("<br>")
+    fig.update_layout(title=dict(text=head, x=0.01, font=dict(size=14)), height=200 + 90 * len(prompts) + extra,
+                      margin=dict(l=10, r=10, t=80 + extra, b=50), plot_bgcolor="white", showlegend=False)
     return fig
 
 
 def hit_rate_figure(pool_sizes: Sequence, series: Mapping[str, Sequence[float]], title: str,
                     xaxis: str = "KV pool (blocks)", yaxis: str = "prefix-cache hit rate") -> go.Figure:
     """One line per series (e.g. per prefix length) against pool size, y in [0, 1].
+
+    The pool sizes sit at evenly spaced positions, smallest first, each labelled with its size
+    (the series' values follow their pool sizes in any order given): pools of 49, 81
+    and 983 blocks are a factor of 20 apart, and on a linear axis (even on a log one) the two
+    small pools, where the hit rate changes, were squeezed together at the left edge.  The axis
+    title says the spacing is not to scale.
 
     Raises:
         ConfigError: no pool size, or a series whose length differs from ``pool_sizes``'.
@@ -258,11 +268,19 @@ def hit_rate_figure(pool_sizes: Sequence, series: Mapping[str, Sequence[float]],
         if len(ys) != len(pool_sizes):
             raise ConfigError(f"series {name!r} has {len(ys)} values for {len(pool_sizes)} pool sizes")
     fig = go.Figure()
+    order = sorted(range(len(pool_sizes)), key=lambda i: pool_sizes[i])     # smallest pool at the left
+    pool_sizes = [pool_sizes[i] for i in order]
+    positions = list(range(len(pool_sizes)))
     for k, (name, ys) in enumerate(series.items()):
-        fig.add_trace(go.Scatter(x=list(pool_sizes), y=list(ys), name=name, mode="lines+markers",
+        fig.add_trace(go.Scatter(x=positions, y=[list(ys)[i] for i in order], name=name, mode="lines+markers",
+                                 customdata=[f"{p:,}" for p in pool_sizes],
+                                 hovertemplate=f"{name}<br>%{{customdata}} blocks: hit rate %{{y:.0%}}<extra></extra>",
                                  line=dict(color=COLORS[k % len(COLORS)])))
-    fig.update_xaxes(type="log", tickvals=list(pool_sizes), ticktext=[str(p) for p in pool_sizes], title=xaxis)
+    fig.update_xaxes(tickvals=positions, ticktext=[f"{p:,}" for p in pool_sizes], range=[-0.3, len(pool_sizes) - 0.7],
+                     title=f"{xaxis}, evenly spaced, not to scale")
     fig.update_yaxes(range=[0, 1], title=yaxis)
-    fig.update_layout(title=dict(text=title, x=0.01, font=dict(size=14)), height=380,
-                      legend=dict(orientation="h", y=-0.3), margin=dict(l=60, r=20, t=60, b=100))
+    head = wrap_title(title)
+    extra = 18 * head.count("<br>")
+    fig.update_layout(title=dict(text=head, x=0.01, font=dict(size=14)), height=380 + extra,
+                      legend=dict(orientation="h", y=-0.3), margin=dict(l=60, r=20, t=60 + extra, b=100))
     return fig

@@ -4,8 +4,8 @@ Three panels, from the engine's :class:`~paged_kv.engine.StepRecord` list: the *
 (waiting, running, swapped; one box per request, labelled with its progress), the **GPU block
 pool** (as chapter 5 draws it: colour = the sequence holding a block, pale = reserved but not yet
 written; sequences are named ``"<request>"`` and ``"<request>.<i>"`` for sample ``i``), and the
-**CPU swap pool** (one row of blocks, each labelled ``id ×ref count`` and its holders: a
-block shared by a group's samples is swapped once and held by all of them).  :func:`serving_figure` replays a run with plotly frames and a slider (the
+**CPU swap pool** (rows of :data:`CPU_PER_ROW` blocks, each labelled ``id ×ref count`` and its
+holders: a block shared by a group's samples is swapped once and held by all of them).  :func:`serving_figure` replays a run with plotly frames and a slider (the
 static book); :func:`refresh_serving_figure` redraws the last step in place (the live panel).
 
 :func:`latency_figure` and :func:`swap_figure` draw the chapter's measured curves.
@@ -13,6 +13,7 @@ static book); :func:`refresh_serving_figure` redraws the last step in place (the
 
 from __future__ import annotations
 
+import math
 import textwrap
 from typing import Mapping, Sequence
 
@@ -21,6 +22,7 @@ from plotly.subplots import make_subplots
 
 from .blocks import block_traces, seq_order
 from .controls import add_replay_controls, frame_steps, trace_indices
+from .labels import log_ticks, wrap_title
 from .palette import COLORS, FREE_COLOR, discrete_scale
 
 LANES = ("waiting", "running", "swapped")
@@ -28,6 +30,11 @@ TRACE_NAMES = ("queues", "pool", "block labels", "cpu pool")
 PANEL_TITLES = ("<b>queues</b> (box: request, generated / max tokens)", "<b>GPU KV blocks</b> id ×ref count",
                 "<b>CPU swap blocks</b> id ×ref count, holders")
 PER_LANE = 6     # request boxes per lane before "+k more"
+CPU_PER_ROW = 5  # CPU blocks per row: a holder list ("B, B.1") stays readable in a phone-wide cell
+                 # (ten in one row were 30 px wide at 400 px, their labels shrunk to about 6 px)
+CPU_ROW_PX = 48  # height of one row of CPU blocks
+CPU_TEXT_SIZE = 11  # px: "B, B.1" is about 32 px wide, a cell at 400 px about 57 (plotly's own fit
+                    # shrank the two-line labels to about 6 px)
 
 
 def _order(records: Sequence) -> list:
@@ -66,27 +73,39 @@ def _lane_trace(rec, order: Sequence) -> go.Scatter:
                       textposition="middle right", textfont=dict(size=11))
 
 
+def _cpu_xy(b: int) -> tuple[int, int]:
+    """Column and row of CPU block ``b`` in the CPU pool panel."""
+    return b % CPU_PER_ROW, b // CPU_PER_ROW
+
+
 def _cpu_trace(rec, order: Sequence) -> go.Heatmap:
-    """The CPU swap pool as one row of blocks, drawn as the GPU pool draws a block: coloured as its
-    first holder, labelled ``id ×ref count``, and the hover names every holder (a prompt block
-    shared by a group's samples is swapped once and held by all of them)."""
+    """The CPU swap pool as rows of :data:`CPU_PER_ROW` blocks, drawn as the GPU pool draws a block:
+    coloured as its first holder, labelled ``id ×ref count`` and the holders, and the hover names
+    every holder (a prompt block shared by a group's samples is swapped once and held by all of
+    them), in :data:`CPU_TEXT_SIZE` px."""
     index = {s: k for k, s in enumerate(order)}
     holders = rec.cpu_holders or tuple(((name, None),) if name is not None else () for name in rec.cpu)
-    z = [[0 if not h else 1 + index[h[0][0]] for h in holders]] if holders else [[None]]
-    hover, text = [], []
+    if not holders:
+        return go.Heatmap(z=[[None]], text=[[""]], customdata=[[""]], name="cpu pool", showscale=False,
+                          hovertemplate="%{customdata}<extra></extra>", texttemplate="%{text}")
+    rows = -(-len(holders) // CPU_PER_ROW)
+    z = [[None] * CPU_PER_ROW for _ in range(rows)]
+    text = [[""] * CPU_PER_ROW for _ in range(rows)]
+    hover = [[""] * CPU_PER_ROW for _ in range(rows)]
     for b, h in enumerate(holders):
+        x, y = _cpu_xy(b)
         if not h:
-            hover.append(f"CPU block {b}: free (ref count 0)")
-            text.append(str(b))
+            z[y][x], text[y][x], hover[y][x] = 0, str(b), f"CPU block {b}: free (ref count 0)"
             continue
         who = ", ".join(f"{name} (logical {lg})" if lg is not None else str(name) for name, lg in h)
-        hover.append(f"CPU block {b}, ref count {len(h)}<br>holds the K/V of {who}")
         names = ", ".join(dict.fromkeys(str(name) for name, _ in h))
-        text.append(f"<b>{b}</b> ×{len(h)}<br>{names}")
+        z[y][x] = 1 + index[h[0][0]]
+        hover[y][x] = f"CPU block {b}, ref count {len(h)}<br>holds the K/V of {who}"
+        text[y][x] = f"<b>{b}</b> ×{len(h)}<br>{names}"
     colors = [FREE_COLOR] + [COLORS[k % len(COLORS)] for k in range(len(order))]
-    return go.Heatmap(z=z, text=[text] if holders else [[""]], customdata=[hover] if holders else [[""]],
-                      hovertemplate="%{customdata}<extra></extra>", texttemplate="%{text}",
-                      textfont=dict(size=9), name="cpu pool", showscale=False,
+    return go.Heatmap(z=z, text=text, customdata=hover, hovertemplate="%{customdata}<extra></extra>",
+                      texttemplate="%{text}", textfont=dict(size=CPU_TEXT_SIZE), name="cpu pool", showscale=False,
+                      hoverongaps=False,
                       colorscale=discrete_scale(colors), zmin=-0.5, zmax=len(colors) - 0.5, xgap=2, ygap=2)
 
 
@@ -117,8 +136,12 @@ def serving_figure(records: Sequence, title: str = "", active: int | None = None
     rec = records[active]
     order = _order(records)
     has_cpu = bool(rec.cpu)
+    rows = min(rec.pool.num_blocks, 16)
+    cpu_rows = -(-len(rec.cpu) // CPU_PER_ROW)
+    plot = 0.8 * (150 + 30 * rows)               # queues and GPU pool, as the figure always drew them
+    panels = [0.26 * plot, 0.6 * plot] + ([CPU_ROW_PX * cpu_rows] if has_cpu else [])
     fig = make_subplots(rows=3 if has_cpu else 2, cols=1, vertical_spacing=0.1,
-                        row_heights=[0.26, 0.6, 0.14] if has_cpu else [0.3, 0.7],
+                        row_heights=[p / sum(panels) for p in panels],
                         subplot_titles=PANEL_TITLES if has_cpu else PANEL_TITLES[:2])
     for note in fig.layout.annotations:
         note.update(x=0, xanchor="left", align="left", font=dict(size=12))
@@ -135,10 +158,9 @@ def serving_figure(records: Sequence, title: str = "", active: int | None = None
     fig.update_yaxes(row=2, col=1, visible=False, autorange="reversed")
     if has_cpu:
         fig.update_xaxes(row=3, col=1, visible=False)
-        fig.update_yaxes(row=3, col=1, visible=False)
+        fig.update_yaxes(row=3, col=1, visible=False, autorange="reversed")
     _layout(fig, rec, title)
-    rows = min(rec.pool.num_blocks, 16)
-    fig.update_layout(height=280 + 30 * rows + (70 if has_cpu else 0), margin=dict(l=20, r=20, t=130, b=70),
+    fig.update_layout(height=round(sum(panels) / 0.8) + 200, margin=dict(l=20, r=20, t=130, b=70),
                       plot_bgcolor="white", showlegend=False)
     if replay and len(records) > 1:
         names = TRACE_NAMES if has_cpu else TRACE_NAMES[:3]
@@ -147,7 +169,8 @@ def serving_figure(records: Sequence, title: str = "", active: int | None = None
         fig.frames = [go.Frame(name=str(r.step), data=_traces(r, order)[:len(names)], traces=idx,
                                layout=go.Layout(title_text=head + _caption(r))) for r in records]
         steps = frame_steps([str(r.step) for r in records])
-        add_replay_controls(fig, steps, active, currentvalue=dict(prefix="step ", xanchor="right"),
+        add_replay_controls(fig, steps, active, currentvalue=dict(prefix="step ", suffix=f" / {records[-1].step}",
+                                                                  xanchor="right"),
                             frame_ms=800, slider=dict(x=0.08, len=0.9))
     return fig
 
@@ -184,9 +207,11 @@ def latency_figure(curves: Mapping[str, tuple[Sequence[float], Sequence[float]]]
     if threshold is not None:
         fig.add_hline(y=threshold, line=dict(dash="dot", color="#777"),
                       annotation_text=threshold_text or f"{threshold} s/token", annotation_position="top left")
-    fig.update_layout(title=dict(text=title, x=0.01, font=dict(size=14)), height=420,
+    head = wrap_title(title)
+    fig.update_layout(title=dict(text=head, x=0.01, font=dict(size=14)), height=420 + 18 * head.count("<br>"),
                       xaxis_title="request rate (req/s)", yaxis_title=yaxis,
-                      legend=dict(orientation="h", y=-0.25), margin=dict(l=60, r=20, t=70, b=90))
+                      legend=dict(orientation="h", y=-0.25),
+                      margin=dict(l=60, r=20, t=70 + 18 * head.count("<br>"), b=90))
     if y_max is not None:
         fig.update_yaxes(range=[0, y_max])
     return fig
@@ -196,15 +221,19 @@ def swap_figure(block_sizes: Sequence[int], series: Mapping[str, Sequence[float]
                 yaxis: str, log_y: bool = False) -> go.Figure:
     """One line per series against block size (log-2 axis): the shape of the paper's Figure 19.
     ``log_y``: a log y axis, for costs that span orders of magnitude (a per-block copy cost at
-    block size 1 would otherwise flatten the medium sizes)."""
+    block size 1 would otherwise flatten the medium sizes), its ticks at 1, 2 and 5 times each
+    power of ten, every one labelled (:func:`~.labels.log_ticks`)."""
     fig = go.Figure()
     for k, (name, ys) in enumerate(series.items()):
         fig.add_trace(go.Scatter(x=list(block_sizes), y=list(ys), name=name, mode="lines+markers",
                                  line=dict(color=COLORS[k % len(COLORS)])))
     fig.update_xaxes(type="log", tickvals=list(block_sizes), ticktext=[str(b) for b in block_sizes],
                      title="block size (tokens)")
-    fig.update_layout(title=dict(text=title, x=0.01, font=dict(size=14)), height=400, yaxis_title=yaxis,
-                      legend=dict(orientation="h", y=-0.3), margin=dict(l=60, r=20, t=70, b=100))
-    if log_y:
-        fig.update_yaxes(type="log")
+    head = wrap_title(title)
+    extra = 18 * head.count("<br>")
+    fig.update_layout(title=dict(text=head, x=0.01, font=dict(size=14)), height=400 + extra, yaxis_title=yaxis,
+                      legend=dict(orientation="h", y=-0.3), margin=dict(l=60, r=20, t=70 + extra, b=100))
+    if log_y:                  # every tick labelled (1-2-5), the axis from the first tick to the last
+        vals, texts = log_ticks([y for ys in series.values() for y in ys])
+        fig.update_yaxes(type="log", tickvals=vals, ticktext=texts, range=[math.log10(vals[0]), math.log10(vals[-1])])
     return fig

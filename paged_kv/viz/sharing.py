@@ -21,6 +21,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from .blocks import block_cells, blocks_figure, refresh_blocks_figure
+from .labels import wrap_title
 from .palette import COLORS
 
 __all__ = ["SYSTEM_COLORS", "latency_figure", "refresh_sharing_figure", "savings_figure", "sharing_figure",
@@ -91,29 +92,46 @@ def refresh_sharing_figure(fig, snapshots: Sequence, title: str = "") -> None:
 
 
 def savings_figure(rows: Sequence[Mapping], title: str = "") -> go.Figure:
-    """Paired bars per (mode, width): our memory saving beside the paper's, one panel per trace.
+    """Paired horizontal bars per (mode, width): our memory saving beside the paper's, one panel per
+    trace, the panels stacked.
 
     ``rows``: dicts with ``trace``, ``mode`` ("parallel" or "beam"), ``width``, ``ours`` (a share)
-    and ``paper`` (a share, or ``None`` where the paper prints no single value)."""
+    and ``paper`` (a share, or ``None`` where the paper prints no single value: that bar is left
+    out and its label says so).  Horizontal bars, so that every bar's number has a row of its own
+    to the right of the bar: as vertical bars, twelve to a panel, the labels of neighbours ran into
+    each other at any width; stacked panels, so that the figure fits a phone.
+    """
     traces = list(dict.fromkeys(r["trace"] for r in rows))
-    fig = make_subplots(rows=1, cols=len(traces), subplot_titles=traces, shared_yaxes=True,
-                        horizontal_spacing=0.06)
+    fig = make_subplots(rows=len(traces), cols=1, subplot_titles=traces, shared_xaxes=True,
+                        vertical_spacing=0.14 if len(traces) > 1 else 0.0)
+    for note in fig.layout.annotations:                          # panel titles, left-aligned
+        note.update(x=0, xanchor="left", font=dict(size=13))
     for c, name in enumerate(traces, start=1):
         sub = [r for r in rows if r["trace"] == name]
-        x = [f"{'n' if r['mode'] == 'parallel' else 'k'}={r['width']}<br>{r['mode']}" for r in sub]
-        fig.add_trace(go.Bar(x=x, y=[100 * r["ours"] for r in sub], name="ours", marker_color=COLORS[0],
-                             text=[f"{100 * r['ours']:.1f}%" for r in sub], textposition="outside",
-                             showlegend=c == 1, legendgroup="ours"), row=1, col=c)
-        fig.add_trace(go.Bar(x=x, y=[None if r["paper"] is None else 100 * r["paper"] for r in sub],
-                             name="paper (§6.3)", marker_color=COLORS[1], showlegend=c == 1, legendgroup="paper",
-                             text=["" if r["paper"] is None else f"{100 * r['paper']:.1f}%" for r in sub],
-                             textposition="outside"), row=1, col=c)
+        y = [f"{'n' if r['mode'] == 'parallel' else 'k'}={r['width']} {r['mode']}" for r in sub]
+        fig.add_trace(go.Bar(y=y, x=[100 * r["ours"] for r in sub], name="ours", marker_color=COLORS[0],
+                             orientation="h", text=[f"{100 * r['ours']:.1f}%" for r in sub], textposition="outside",
+                             cliponaxis=False, showlegend=c == 1, legendgroup="ours"), row=c, col=1)
+        fig.add_trace(go.Bar(y=y, x=[0 if r["paper"] is None else 100 * r["paper"] for r in sub],
+                             name="paper (§6.3)", marker_color=COLORS[1], orientation="h", showlegend=c == 1,
+                             legendgroup="paper", cliponaxis=False,
+                             text=["no single value" if r["paper"] is None else f"{100 * r['paper']:.1f}%" for r in sub],
+                             hovertemplate="paper (§6.3), %{y}: %{text}<extra></extra>",
+                             textposition="outside"), row=c, col=1)
+        fig.update_yaxes(autorange="reversed", row=c, col=1)     # the first row at the top
     top = max([100 * r["ours"] for r in rows] + [100 * (r["paper"] or 0) for r in rows])
-    fig.update_yaxes(title_text="memory saved by sharing (%)", range=[0, top * 1.25], row=1, col=1)
-    fig.update_layout(barmode="group", height=460, title=dict(text=title, x=0.01, font=dict(size=14)),
-                      uniformtext=dict(minsize=9, mode="show"),                  # readable bar labels
-                      margin=dict(l=60, r=20, t=80, b=110),
-                      legend=dict(orientation="h", x=0, y=-0.28, yanchor="top"))
+    fig.update_xaxes(range=[0, top * 1.3], showgrid=True, gridcolor="#e5e5e5")
+    fig.update_xaxes(title_text="memory saved by sharing (%)", row=len(traces), col=1)
+    bars = max(len([r for r in rows if r["trace"] == name]) for name in traces)
+    head = wrap_title(title)
+    extra = 18 * head.count("<br>")                              # room for a title broken for a phone
+    fig.update_layout(barmode="group", bargap=0.25, bargroupgap=0.05,
+                      height=130 + extra + len(traces) * (36 * bars + 40),
+                      title=dict(text=head, x=0.01, font=dict(size=14)),
+                      uniformtext=dict(minsize=10, mode="show"), plot_bgcolor="white",
+                      margin=dict(l=10, r=20, t=70 + extra, b=60),
+                      legend=dict(orientation="h", x=0, y=-0.04 * 3, yanchor="top", traceorder="normal"))
+    fig.update_yaxes(automargin=True)
     return fig
 
 
@@ -135,7 +153,9 @@ def latency_figure(curves: Mapping[str, Mapping[str, tuple[Sequence[float], Sequ
     nrows = -(-len(panels) // cols)
     fig = make_subplots(rows=nrows, cols=cols, subplot_titles=panels, horizontal_spacing=0.1,
                         vertical_spacing=0.12 if nrows > 1 else 0.0)
-    fig.update_annotations(font_size=13)                       # the panel titles
+    for k, note in enumerate(fig.layout.annotations):           # panel titles: over their own panel,
+        axis = fig.layout["xaxis" if k == 0 else f"xaxis{k + 1}"]   # from its left edge, clear of the top tick
+        note.update(x=axis.domain[0], xanchor="left", yshift=8, font=dict(size=12))
     systems = list(dict.fromkeys(s for panel in curves.values() for s in panel))
     spare = iter(c for c in COLORS if c not in SYSTEM_COLORS.values())
     color = {s: SYSTEM_COLORS.get(s) or next(spare) for s in systems}
@@ -159,7 +179,8 @@ def latency_figure(curves: Mapping[str, Mapping[str, tuple[Sequence[float], Sequ
                                  line=dict(color="#777", dash="dot", width=2), hoverinfo="skip"))
     for r in range(nrows):
         fig.update_yaxes(title_text="s/token", row=r + 1, col=1)
-    fig.update_layout(height=260 * nrows + 150, title=dict(text=title, x=0.01, font=dict(size=14)),
-                      margin=dict(l=60, r=20, t=80, b=110),
+    head = wrap_title(title)
+    fig.update_layout(height=260 * nrows + 150 + 18 * head.count("<br>"), title=dict(text=head, x=0.01, font=dict(size=14)),
+                      margin=dict(l=60, r=20, t=80 + 18 * head.count("<br>"), b=110),
                       legend=dict(orientation="h", x=0, y=-0.07 * 3 / max(nrows, 1), yanchor="top"))
     return fig

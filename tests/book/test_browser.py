@@ -138,7 +138,36 @@ LAYOUT = """(maxCols) => {
       if (t.textContent && w > cell + 1) slots.push(`${t.textContent}: ${w.toFixed(0)} > ${cell.toFixed(0)} px`);
     }
   }
-  return {pre, tables, slots};
+  // text inside a figure that its left or right edge cuts (a title wider than a phone), and a mode
+  // bar drawn over the figure instead of in its strip above it (_assets/paged_kv.css, rule 6)
+  const figtext = [], modebar = [];
+  art.querySelectorAll('.plotly-graph-div').forEach((gd, k) => {
+    if (!gd._fullLayout) return;
+    const box = gd.getBoundingClientRect();
+    const name = `figure ${k + 1} (${String((gd._fullLayout.title || {}).text || '').replace(/<[^>]+>/g, ' ').slice(0, 30)})`;
+    for (const t of gd.querySelectorAll('svg text')) {
+      const r = t.getBoundingClientRect();
+      if (t.textContent.trim() && r.width > 0 && (r.left < box.left - 1 || r.right > box.right + 1))
+        figtext.push(`${name}: "${t.textContent.slice(0, 30)}" spans ${Math.round(r.left - box.left)}..${Math.round(r.right - box.left)} of ${Math.round(box.width)} px`);
+    }
+    const mb = gd.querySelector('.modebar');
+    if (mb && mb.getBoundingClientRect().bottom > box.top + 1) modebar.push(name);
+  });
+  // a wrapped code line whose continuation starts left of its hanging indent (rule 5)
+  const hang = [];
+  for (const s of art.querySelectorAll('pre span.line')) {
+    const range = document.createRange();
+    range.selectNodeContents(s);
+    const rects = Array.from(range.getClientRects()).filter(r => r.width > 0);
+    if (!rects.length) continue;
+    const top = Math.min(...rects.map(r => r.top)), later = rects.filter(r => r.top > top + 2);
+    const edge = s.getBoundingClientRect().left + parseFloat(getComputedStyle(s).paddingLeft);
+    if (later.length && Math.min(...later.map(r => r.left)) < edge - 1)
+      hang.push(s.textContent.slice(0, 60));
+  }
+  const page = document.documentElement.scrollWidth > window.innerWidth ?
+    [`the page is ${document.documentElement.scrollWidth} px wide in a ${window.innerWidth}-px window`] : [];
+  return {pre, tables, slots, figtext, modebar, hang, page};
 }"""
 
 
@@ -147,8 +176,11 @@ def test_nothing_overflows_the_text_column(server, browser, width):
     """At a laptop's and a phone's width: no code block scrolls sideways (the review counted 25-36
     per page at 1280 px), no table with inline code is wider than its box (chapter 7's settings
     table was cut at "; prefil"; on a phone, tables of up to 3 columns: a wider one may scroll in
-    its box), and every word in a block-pool slot fits the slot (Fig. 8 at 400 px showed "mother",
-    "ather", "sever")."""
+    its box), every word in a block-pool slot fits the slot (Fig. 8 at 400 px showed "mother",
+    "ather", "sever"), no text of a figure runs past its edges (titles were cut at 400 px), no
+    mode bar lies over a figure (it sat on the titles), a wrapped code line continues under its
+    indentation (continuations started at column 0), and the page itself never scrolls sideways
+    (chapter 8's hash equation widened it at 400 px)."""
     bad = {}
     for src in toc_files():
         page = open_page(browser, f"{server}/{src}.html", width=width)

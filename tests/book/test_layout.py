@@ -117,3 +117,86 @@ def test_one_page_builds_find_the_static_folder():
     cfg = Cfg()
     mod._config_inited(App(), cfg)
     assert cfg.html_static_path == ["_assets"]
+
+
+def _code_lines():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("code_lines", ROOT / "book" / "_ext" / "code_lines.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+SOURCE = '''def f(x):
+    """a docstring
+       over two lines"""
+
+    if x < 1:  # a comment with  two spaces
+        return {"a": [1, 2],
+                "b": '<&>'}
+\treturn x
+'''
+
+
+def test_every_code_line_is_a_box_that_knows_its_indentation():
+    """book/_ext/code_lines.py: each non-blank line in <span class="line" style="--indent:N">,
+    N its leading spaces counted from the source (a multi-line string's lines too), the text
+    unchanged, blank lines bare newlines."""
+    import html as html_lib
+
+    from pygments import highlight
+    from pygments.lexers import PythonLexer
+
+    mod = _code_lines()
+    out = highlight(SOURCE, PythonLexer(), mod.LineFormatter())
+    body = re.search(r"<pre><span></span>(.*)</pre>", out, re.S).group(1)
+    assert html_lib.unescape(re.sub(r"<[^>]*>", "", body)) == SOURCE        # the same characters, in order
+    got = body.split("\n")[:-1]
+    for src, line in zip(SOURCE.split("\n"), got):
+        if src.strip():
+            m = re.fullmatch(r'<span class="line" style="--indent:(\d+)">(.*)</span>', line)
+            assert m, line
+            assert int(m.group(1)) == len(src) - len(src.lstrip(" ")), (src, line)
+        else:
+            assert line == "", line                                         # a blank line stays bare
+    assert len(got) == SOURCE.count("\n")
+
+
+def test_the_book_highlights_with_the_line_formatter():
+    assert CONFIG and "code_lines" in yaml.safe_load((ROOT / "_config.yml").read_text())["sphinx"]["local_extensions"]
+    mod = _code_lines()
+
+    class Bridge:
+        dest, formatter = "html", None
+
+    class Builder:
+        format, highlighter = "html", Bridge()
+
+    class App:
+        builder = Builder()
+
+    mod._builder_inited(App())
+    assert App.builder.highlighter.formatter is mod.LineFormatter
+
+
+def test_a_wrapped_code_line_hangs_under_its_own_indentation():
+    rules, phone = _css(), _phone(_css())
+    line = rules[".bd-article pre span.line"]
+    assert line["display"] == "inline-block"           # not block: innerText (the copy button) adds no breaks
+    assert line["width"] == "100%" and line["box-sizing"] == "border-box"
+    assert "var(--indent" in line["--hang"] and "var(--hang-max)" in line["--hang"]
+    assert line["padding-left"] == "var(--hang)" and line["text-indent"] == "calc(-1 * var(--hang))"
+    desk = float(rules[".bd-article pre"]["--hang-max"].removesuffix("ch"))
+    assert float(phone[".bd-article pre"]["--hang-max"].removesuffix("ch")) < desk
+
+
+def test_the_mode_bar_has_a_strip_of_its_own_above_each_figure():
+    rules = _css()
+    gap = rules[".bd-article .js-plotly-plot"]["margin-top"]
+    assert rules[".bd-article .js-plotly-plot .modebar-container"]["top"] == f"-{gap} !important"
+
+
+def test_display_math_scrolls_in_its_own_box():
+    rule = _css()['.bd-article mjx-container[display="true"]']
+    assert rule["overflow-x"] == "auto" and rule["max-width"] == "100%"

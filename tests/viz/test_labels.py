@@ -116,3 +116,55 @@ def test_visible_token_is_the_one_home():
         for sign in (SPACE, NEWLINE, TAB, "·"):       # a sign as a string of its own (docs may name it)
             assert f'"{sign}"' not in src and f"'{sign}'" not in src, f"{path.name} writes {sign} itself"
     assert figures >= 10
+
+
+# --- titles and log ticks (viz.labels.wrap_title, log_ticks) --------------------------------------
+from paged_kv.viz.labels import TITLE_CHARS, log_ticks, wrap_title  # noqa: E402
+
+
+@pytest.mark.parametrize("text", [
+    "Preemption cost of 512 tokens, OPT-13B on an A100 (timing model)",
+    "short", "",
+    "Share of requests within the SLO<br>(TTFT ≤ 0.25 s and TPOT ≤ 0.1 s) measured on a long line of words",
+    "averyveryveryveryveryveryveryveryveryveryverylongword and more words after it"])
+def test_a_title_is_broken_at_spaces_into_lines_that_fit_a_phone(text):
+    out = wrap_title(text)
+    lines = out.split("<br>")
+    # nothing lost: the same words, broken only at spaces or at the breaks already there
+    assert [w for part in text.split("<br>") for w in part.split(" ")] == [w for ln in lines for w in ln.split(" ")]
+    for line in lines:
+        assert len(line) <= TITLE_CHARS or " " not in line      # a word too long for a line keeps one alone
+    # greedy, within each line the caller gave: no line could have taken the next line's first word
+    for part in text.split("<br>"):
+        own = wrap_title(part).split("<br>")
+        assert "<br>".join(own) in out
+        for a, b in zip(own, own[1:]):
+            assert len(a) + 1 + len(b.split(" ")[0]) > TITLE_CHARS
+
+
+def _brute_log_ticks(lo, hi, mantissas):
+    """Every m·10^e in a wide window, then the run from the last one <= lo to the first one >= hi."""
+    grid = sorted(m * 10.0 ** e for e in range(-12, 13) for m in mantissas)
+    start = max(i for i, t in enumerate(grid) if t <= lo * (1 + 1e-9))
+    end = min(i for i, t in enumerate(grid) if t >= hi * (1 - 1e-9))
+    return grid[start:end + 1]
+
+
+@pytest.mark.parametrize("values", [[33.9, 851.0], [1, 2], [100], [0.004, 3e5], [0.3, 0.31], [7, 7000, 20],
+                                    [9.99, 10.01], [1e-6, 1e6]])
+def test_log_ticks_are_1_2_5_per_decade_and_every_one_is_labelled(values):
+    vals, texts = log_ticks(values)
+    lo, hi = min(values), max(values)
+    expected = _brute_log_ticks(lo, hi, (1, 2, 5))
+    if len(expected) > 12:
+        expected = _brute_log_ticks(lo, hi, (1,))
+    assert vals == pytest.approx(expected, rel=1e-12)
+    assert vals[0] <= lo * (1 + 1e-9) and vals[-1] >= hi * (1 - 1e-9)     # both ends carry a number
+    assert len(texts) == len(vals) and all(texts)
+    assert [float(t.replace(",", "")) for t in texts] == pytest.approx(vals, rel=1e-12)   # each says its value
+
+
+@pytest.mark.parametrize("bad", [[], [0, -1], [float("nan")]])
+def test_log_ticks_refuse_data_with_nothing_to_show(bad):
+    with pytest.raises(ConfigError, match="value > 0"):
+        log_ticks(bad)

@@ -55,14 +55,13 @@ def test_long_titles_are_broken_to_fit_a_phone():
 
 def test_log_panel_keeps_tick_labels_when_it_spans_under_two_decades():
     """One tick per decade on an axis from 1.4 to 9 ms shows no label at all (review shot 03):
-    such an axis gets ticks at 1-2-5 inside its range; three decades keep one tick per decade."""
-    assert vc.log_ticks([1.4, 2.0, 9.0]) == {"tickvals": [2.0, 5.0], "ticktext": ["2", "5"]}
-    assert vc.log_ticks([0.9, 30.0])["ticktext"] == ["1", "2", "5", "10", "20"]
-    assert vc.log_ticks([1.0, 50.0, 1000.0]) == {"dtick": 1}
-    fig = vc.step_cost_figure([8, 9, 10], {"recompute": [2.0, 6.0, 9.0], "cache": [2.0, 1.5, 1.6]}, "ms", "t")
-    assert list(fig.layout.yaxis.tickvals) == [2.0, 5.0] and fig.layout.yaxis.dtick is None
+    the step-cost panel's log axis gets labelled ticks at 1-2-5 that bracket the data."""
+    fig = vc.step_cost_figure([8, 9, 10], {"recompute": [2.0, 6.0, 9.0], "cache": [1.4, 1.5, 1.6]}, "ms", "t")
+    assert list(fig.layout.yaxis.tickvals) == [1.0, 2.0, 5.0, 10.0]
+    assert list(fig.layout.yaxis.ticktext) == ["1", "2", "5", "10"]
     fig = vc.step_cost_figure([8, 9, 10], {"recompute": [50, 600, 7000], "cache": [50, 6.0, 6.1]}, "MFLOP", "t")
-    assert fig.layout.yaxis.dtick == 1
+    vals = list(fig.layout.yaxis.tickvals)
+    assert vals[0] <= 6.0 and vals[-1] >= 7000 and len(fig.layout.yaxis.ticktext) == len(vals)
 
 
 def test_attention_timing_guide_is_the_bytes_through_the_longest_point():

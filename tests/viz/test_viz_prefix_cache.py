@@ -1,6 +1,8 @@
 """The prefix-cache figures and panel (chapter 8): states drawn as the manager holds them, hits and
 LRU evictions where they happened, the radix tree spelling the prompts back, the live panel."""
 
+import re
+
 import plotly.graph_objects as go
 import pytest
 
@@ -107,3 +109,24 @@ def test_figures_refuse_bad_input_by_name(run):
         prefix_pool_figure([], "t")
     with pytest.raises(ConfigError, match="active.*99"):
         prefix_pool_figure(run.records, "t", active=99)
+
+
+def test_hit_rates_sit_at_evenly_spaced_pool_sizes_each_labelled():
+    """Pools of 49, 81 and 983 blocks: on a linear (or log) axis the two small ones were squeezed."""
+    fig = hit_rate_figure([49, 81, 983], {"a": [0.5, 0.7, 0.9], "b": [0.6, 0.7, 0.7]}, "t")
+    assert all(list(t.x) == [0, 1, 2] for t in fig.data)
+    assert list(fig.layout.xaxis.tickvals) == [0, 1, 2] and list(fig.layout.xaxis.ticktext) == ["49", "81", "983"]
+    assert "not to scale" in fig.layout.xaxis.title.text
+    assert [list(t.customdata) for t in fig.data] == [["49", "81", "983"]] * 2    # the hover names the size
+    back = hit_rate_figure([983, 81, 49], {"a": [0.9, 0.7, 0.5]}, "t")              # given largest first
+    assert list(back.layout.xaxis.ticktext) == ["49", "81", "983"] and list(back.data[0].y) == [0.5, 0.7, 0.9]
+
+
+def test_a_used_block_writes_its_id_over_its_holder_and_the_slider_names_the_last_step(run):
+    records = run.records
+    busy = next(i for i, r in enumerate(records) if any(s[0] == "used" for s in pool_states(r)))
+    fig = prefix_pool_figure(records, active=busy)
+    pool = next(t for t in fig.data if t.name == "pool")
+    used = [x for row in pool.text for x in row if x.startswith("<b>")]
+    assert used and all(re.fullmatch(r"<b>\d+</b><br>\S+( ×\d+)?", x) for x in used)
+    assert fig.layout.sliders[0].currentvalue.suffix == f" / {records[-1].step}"

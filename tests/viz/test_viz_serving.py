@@ -1,13 +1,14 @@
 """Chapter 7's figures and live panel: queues and pools replayed step by step, driven by clicks."""
 
 import html
+import re
 
 import plotly.graph_objects as go
 import pytest
 
 from paged_kv.engine import EngineConfig, LLMEngine
 from paged_kv.model import ByteTokenizer, SamplingParams
-from paged_kv.viz.serving import (LANES, latency_figure, refresh_serving_figure, serving_figure,
+from paged_kv.viz.serving import (CPU_PER_ROW, LANES, latency_figure, refresh_serving_figure, serving_figure,
                                   swap_figure)
 from paged_kv.widgets.prefix_cache import prefix_cache_panel
 from paged_kv.widgets.serving import serving_panel
@@ -61,6 +62,35 @@ def test_curve_figures():
     fig = swap_figure([1, 4, 16], {"swap": [3, 2, 1]}, "t", "ms")
     assert fig.layout.xaxis.type == "log" and list(fig.data[0].x) == [1, 4, 16]
     assert fig.layout.yaxis.type != "log" and swap_figure([1, 4], {"s": [850, 2]}, "t", "ms", log_y=True).layout.yaxis.type == "log"
+
+
+def test_a_log_swap_axis_labels_every_tick_and_reaches_past_the_data():
+    """Fig. 19a: plotly's own log ticks left bare digits (2, 3, ... 9) between 100 and 1,000."""
+    fig = swap_figure([1, 4], {"s": [851.0, 33.9], "r": [86.0, 86.0]}, "t", "ms", log_y=True)
+    ya = fig.layout.yaxis
+    assert list(ya.tickvals) == [20, 50, 100, 200, 500, 1000] and list(ya.ticktext) == ["20", "50", "100", "200", "500", "1,000"]
+    assert 10 ** ya.range[0] <= 33.9 and 10 ** ya.range[1] >= 851.0
+
+
+def test_the_cpu_pool_wraps_into_rows_and_every_block_keeps_its_cell(run):
+    rec = next(r for r in run.records if any(c is not None for c in r.cpu))
+    trace = next(t for t in serving_figure(run.records, replay=False, active=run.records.index(rec)).data
+                 if t.name == "cpu pool")
+    n = len(rec.cpu)
+    assert len(trace.z) == -(-n // CPU_PER_ROW) and all(len(row) == CPU_PER_ROW for row in trace.z)
+    for b in range(n):                                   # block b at row b // 5, column b % 5, labelled with its id
+        x, y = b % CPU_PER_ROW, b // CPU_PER_ROW
+        assert re.match(rf"(<b>)?{b}\b", trace.text[y][x]), (b, trace.text[y][x])
+    cells = [c for row in trace.z for c in row]
+    assert cells.count(None) == len(cells) - n          # only the cells past the last block are empty
+    assert trace.textfont.size >= 10                     # readable (plotly's own fit gave about 6 px)
+
+
+def test_titles_are_broken_to_fit_a_phone():
+    long = "Preemption cost of 512 tokens, OPT-13B on an A100 (timing model)"
+    for fig in (swap_figure([1, 4], {"s": [3, 2]}, long, "ms"), latency_figure({"a": ([1], [0.1])}, long)):
+        assert fig.layout.title.text.replace("<br>", " ") == long and "<br>" in fig.layout.title.text
+        assert fig.layout.margin.t >= 70 + 18                              # room for the second line
 
 
 def test_panel_submit_step_preempt_and_refuse(small_model):
@@ -199,7 +229,8 @@ def test_cpu_pool_shows_every_holder_and_the_ref_count(small_model):
             shared_seen = True
             trace = next(t for t in serving_figure(e.records, replay=False).data if t.name == "cpu pool")
             b = next(i for i, h in enumerate(rec.cpu_holders) if len(h) == 2)
-            assert trace.text[0][b] == f"<b>{b}</b> ×2<br>B, B.1"
-            assert "ref count 2" in trace.customdata[0][b] and "B (logical" in trace.customdata[0][b] \
-                and "B.1 (logical" in trace.customdata[0][b]
+            x, y = b % CPU_PER_ROW, b // CPU_PER_ROW
+            assert trace.text[y][x] == f"<b>{b}</b> ×2<br>B, B.1"
+            assert "ref count 2" in trace.customdata[y][x] and "B (logical" in trace.customdata[y][x] \
+                and "B.1 (logical" in trace.customdata[y][x]
     assert shared_seen

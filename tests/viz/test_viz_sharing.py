@@ -44,7 +44,9 @@ def test_savings_and_latency_figures_draw_what_they_are_given():
     rows = [dict(trace="Alpaca-like", mode="parallel", width=2, ours=0.07, paper=0.061),
             dict(trace="Alpaca-like", mode="parallel", width=4, ours=0.1, paper=None)]
     fig = savings_figure(rows)
-    assert list(fig.data[0].y) == pytest.approx([7.0, 10.0]) and list(fig.data[1].y)[1] is None
+    assert list(fig.data[0].x) == pytest.approx([7.0, 10.0]) and fig.data[0].orientation == "h"
+    assert list(fig.data[1].text) == ["6.1%", "no single value"] and fig.data[1].x[1] == 0   # no bar, said so
+    assert list(fig.data[0].y) == ["n=2 parallel", "n=4 parallel"]
     lat = latency_figure({"n=2": {"paged": ([1, 2], [0.1, 0.2]), "Orca": ([1, 2], [0.1, 0.9])}}, cap=0.5)
     assert [t.name for t in lat.data] == ["paged", "Orca"] and lat.layout.yaxis.range == (0, 0.5)
     assert lat.layout.legend.y < 0                                  # below the plot, not over the title
@@ -86,3 +88,17 @@ def test_panel_forks_a_request_and_shows_the_copy(use_figure_widget):
     last = live.history.snapshots[-2:]
     assert [len(s.event.copies) for s in last] == [1, 0]
     assert live.manager.block_table(0).block_ids != live.manager.block_table(1).block_ids
+
+
+def test_savings_bars_are_horizontal_in_stacked_panels_each_number_on_its_own_row():
+    """Fig. 15: as vertical bars, neighbouring labels ("37.8%37.6%") ran into each other."""
+    rows = [dict(trace=t, mode=m, width=w, ours=0.1 * w, paper=None if w == 4 else 0.09 * w)
+            for t in ("Alpaca-like", "ShareGPT-like") for m in ("parallel", "beam") for w in (2, 4, 6)]
+    fig = savings_figure(rows, title="Memory saved by sharing blocks (block size 16)")
+    assert {t.orientation for t in fig.data} == {"h"} and len(fig.data) == 4
+    assert fig.layout.xaxis.domain == (0, 1) and fig.layout.xaxis2.domain == (0, 1)   # one above the other
+    assert fig.layout.yaxis.domain[0] > fig.layout.yaxis2.domain[1]
+    ours = fig.data[0]
+    assert len(set(ours.y)) == len(ours.y) == 6                   # one row per (mode, width)
+    assert fig.layout.xaxis.range[1] > max(100 * r["ours"] for r in rows)   # room for the label
+    assert [a.text for a in fig.layout.annotations] == ["Alpaca-like", "ShareGPT-like"]
