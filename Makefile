@@ -11,7 +11,7 @@ STAMP  := $(VENV)/.installed
 TORCH_SPEC ?= torch==2.13.0
 JB_FLAGS ?= --all -W -n --keep-going
 
-.PHONY: help install assets book test test-fast sync setup-cells colab-check assignments bench train clean
+.PHONY: help install assets book test test-fast sync setup-cells colab-check assignments bench train pure-wheel clean
 
 help:
 	@echo "make install  only the virtual environment .venv with the package and its book/test extras"
@@ -24,6 +24,7 @@ help:
 	@echo "make colab-check  every chapter live with Colab's packages, panels clicked in Chromium (slow, not in make test)"
 	@echo "make assignments  build the graded assignments' nbgrader sources and their release (assignments/)"
 	@echo "make bench  python -m kernels.bench"
+	@echo "make pure-wheel  dist/paged_kv_pure-*.whl: the torch- and numpy-free layers (blocks, scheduling, memory, leaves), no weights"
 	@echo "make train  retrain the bundled tiny model (needs ../shared/data/tinyshakespeare.txt)"
 
 $(STAMP): pyproject.toml
@@ -85,6 +86,11 @@ colab-check:
 # (nbgrader generate_assignment). See the book's teacher guide.
 assignments: $(STAMP)
 	$(BIN)/python assignments/course.py release
+
+# The pure layers as their own small wheel (no torch, no numpy, no weights; for the browser build,
+# issue 24): see scripts/pure_wheel.py.
+pure-wheel: $(STAMP)
+	$(BIN)/python scripts/pure_wheel.py dist
 
 bench: $(STAMP)
 	$(BIN)/python -m kernels.bench

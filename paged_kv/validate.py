@@ -4,6 +4,11 @@ Counts accept Python ints and numpy integers (``operator.index``) and reject boo
 strings; real numbers accept ints and floats (numpy's too) and reject bools, strings, NaN and
 infinities.  Every failure raises :class:`~paged_kv.errors.ConfigError` naming the argument and
 the bad value, never a bare ``TypeError``/``ValueError`` or a silent substitution.
+
+numpy is not imported here: the pure layers that use these checks (``blocks``, ``scheduling``,
+``memory``) run where numpy is absent (a pure wheel, the browser).  A numpy value can only exist
+once numpy is in ``sys.modules``, so the checks look there; :func:`numeric_array` imports numpy,
+since it returns an array.
 """
 
 from __future__ import annotations
@@ -11,10 +16,24 @@ from __future__ import annotations
 import math
 import numbers
 import operator
-
-import numpy as np
+import sys
+from typing import TYPE_CHECKING
 
 from .errors import ConfigError
+
+if TYPE_CHECKING:
+    import numpy as np
+
+
+def _is_bool(value) -> bool:
+    """``value`` is a Python or numpy bool (``numpy.bool_`` is not a ``bool`` subclass).
+
+    numpy is looked up, never imported: if nothing has imported it, no value is a numpy bool.
+    """
+    if isinstance(value, bool):
+        return True
+    np = sys.modules.get("numpy")
+    return np is not None and isinstance(value, np.bool_)
 
 
 def count(name: str, value, minimum: int = 1, error: type = ConfigError) -> int:
@@ -29,7 +48,7 @@ def count(name: str, value, minimum: int = 1, error: type = ConfigError) -> int:
     """
     if type(value) is int and value >= minimum:    # the common case, checked in hot loops
         return value
-    if isinstance(value, (bool, np.bool_)):
+    if _is_bool(value):
         raise error(f"{name} must be an int >= {minimum}, got {value!r} (a bool)")
     try:
         v = operator.index(value)
@@ -53,7 +72,7 @@ def real(name: str, value, low: float = -math.inf, high: float = math.inf, *, lo
     else:
         lo, hi = ("(" if low_open else "["), (")" if high_open else "]")
         where = f"a finite number in {lo}{low:g}, {high:g}{hi}"
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+    if _is_bool(value) or not isinstance(value, numbers.Real):
         raise ConfigError(f"{name} must be {where}, got {value!r}")
     try:
         v = float(value)
@@ -70,6 +89,7 @@ def numeric_array(name: str, values) -> np.ndarray:
     Raises:
         ConfigError: the values are not all plain numbers.
     """
+    import numpy as np                         # only the simulator's inputs are arrays
     try:
         x = np.asarray(values).reshape(-1)
     except (TypeError, ValueError) as e:  # ragged input

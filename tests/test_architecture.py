@@ -16,6 +16,7 @@ import ast
 import inspect
 import json
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -208,6 +209,143 @@ def test_pure_layers_run_without_loading_torch():
         "paper_trace(); plan_memory('Llama-3-8B', 'H100', 8192)\n"
         "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'triton', 'kernels'))))")
     assert seen == [], f"the pure layers loaded {seen[:5]}"
+
+
+# --- the pure wheel's layers: neither torch nor numpy ----------------------------------------------
+# What the browser build runs (issue 24): the leaves, blocks, scheduling and memory (sim needs numpy).
+NO_NUMPY = LEAVES | {"paged_kv", "blocks", "scheduling", "memory"}
+NO_NUMPY_MODULES = sorted(_dotted(p) for p in _modules("paged_kv") if _layer(_dotted(p)) in NO_NUMPY)
+# A finder first on sys.meta_path: importing any of these raises ImportError, as where they are absent.
+_BLOCKED = ("torch", "numpy", "triton", "safetensors", "kernels")
+_BLOCK = f"""
+import importlib, json, sys
+class _Blocked:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in {_BLOCKED!r}:
+            raise ImportError(f"{{name}} is blocked (the pure layers must not need it)")
+sys.meta_path.insert(0, _Blocked())
+"""
+# A little of each layer, as plain data; run with the libraries blocked and in this process (numpy
+# loaded): the two must agree.
+_EXERCISE = """
+def exercise():
+    from paged_kv.blocks import BlockAllocator, BlockSpaceManager
+    from paged_kv.errors import ConfigError, OutOfBlocksError
+    from paged_kv.memory import plan_memory, tiny_spec
+    from paged_kv.scheduling import Scheduler, SchedulerConfig
+    from paged_kv.validate import count
+    r = {}
+    a = BlockAllocator(4)
+    ids = [a.allocate() for _ in range(4)]
+    try:
+        a.allocate()
+        r["fifth"] = "allocated"
+    except OutOfBlocksError:
+        r["fifth"] = "OutOfBlocksError"
+    for i in ids:
+        a.free(i)
+    r["allocated"], r["free_after"] = sorted(ids), a.num_free_blocks
+    m = BlockSpaceManager(8, 4)
+    m.allocate(0, 6)
+    m.fork(0, 1)
+    m.append_slot(1)                               # the shared last block is copied on write
+    r["manager_free"], r["tables"] = m.num_free_blocks, [list(m.block_table(s).block_ids) for s in (0, 1)]
+    m.check()
+    sch = Scheduler(SchedulerConfig(num_gpu_blocks=8, block_size=4, watermark=0.0))
+    sch.add("a", [1, 2, 3, 4, 5], max_tokens=2)
+    steps = []
+    while sch.has_unfinished:
+        out = sch.schedule()
+        steps.append([(c.seq_id, list(c.token_ids), list(c.slot_mapping)) for c in out.chunks])
+        sch.update(out, {c.seq_id: [9] * c.num_samples for c in out.chunks if c.sample})
+    r["steps"], r["sched_free"] = steps, sch.manager.num_free_blocks
+    plan = plan_memory("Llama-3-8B", "H100", 8192)
+    r["plan"] = [plan.kv_bytes_per_token, plan.kv_budget_bytes, plan.max_batch_size]
+    r["tiny_layers"] = tiny_spec().num_layers      # read from the bundled config.json
+    try:
+        count("n", True)
+        r["bool"] = "accepted"
+    except ConfigError:
+        r["bool"] = "ConfigError"
+    r["count"] = count("n", 3)
+    return r
+"""
+_RUN = """
+for name in json.loads(sys.argv[1]):
+    importlib.import_module(name)
+result = exercise()
+import paged_kv
+loaded = sorted(m for m in sys.modules if m.split(".")[0] in {_BLOCKED!r})
+files = sorted({{getattr(m, "__file__", None) or "" for n, m in list(sys.modules.items()) if n.split(".")[0] == "paged_kv"}})
+print(json.dumps({{"result": result, "loaded": loaded, "files": files}}))
+""".format(_BLOCKED=_BLOCKED)
+
+
+def _expected() -> dict:
+    """The exercise run here, numpy loaded; and a few facts it must show whatever the code does."""
+    ns: dict = {}
+    exec(_EXERCISE, ns)
+    r = json.loads(json.dumps(ns["exercise"]()))   # tuples as lists, as they come back from JSON
+    assert r["free_after"] == 4 and r["allocated"] == [0, 1, 2, 3] and r["fifth"] == "OutOfBlocksError"
+    assert r["manager_free"] == 8 - 3                # 2 blocks for 6 tokens, 1 copied on write
+    assert [tok for _, tok, _ in r["steps"][0]] == [[1, 2, 3, 4, 5]] and len(r["steps"]) == 2
+    assert r["sched_free"] == 8 and r["bool"] == "ConfigError" and r["count"] == 3
+    from paged_kv.memory import model_preset
+    spec = model_preset("Llama-3-8B")
+    assert r["plan"][0] == 2 * spec.num_layers * spec.num_kv_heads * spec.head_dim * 2   # K and V, fp16
+    return r
+
+
+def _run_blocked(argv: list[str], cwd: Path, prefix: str = "") -> dict:
+    code = prefix + _BLOCK + _EXERCISE + _RUN
+    proc = subprocess.run([*argv, "-c", code, json.dumps(NO_NUMPY_MODULES)], capture_output=True, text=True,
+                          cwd=cwd, env={"PATH": "/usr/bin:/bin"}, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_pure_layers_import_and_run_with_torch_and_numpy_blocked():
+    assert {"paged_kv.validate", "paged_kv.blocks.manager", "paged_kv.scheduling.scheduler",
+            "paged_kv.memory.plan"} <= set(NO_NUMPY_MODULES)
+    seen = _run_blocked([sys.executable], ROOT)
+    assert seen["loaded"] == [], f"loaded despite the block: {seen['loaded']}"
+    assert seen["result"] == _expected()
+
+
+def test_pure_wheel_holds_the_pure_layers_and_runs_from_its_contents(tmp_path):
+    import zipfile
+    import lazy_loader
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import pure_wheel
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    wheel = pure_wheel.build(tmp_path / "dist")
+    full = re.search(r'^version = "([^"]+)"', (ROOT / "pyproject.toml").read_text(), re.M).group(1)
+    assert wheel.name == f"paged_kv_pure-{full}-py3-none-any.whl", "the pure wheel has the full wheel's version"
+    size = wheel.stat().st_size
+    assert size < 300_000, f"the pure wheel is {size} bytes"
+    with zipfile.ZipFile(wheel) as z:
+        names = z.namelist()
+        z.extractall(tmp_path / "site")
+        meta = z.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
+    modules = sorted(n[:-3].replace("/", ".").removesuffix(".__init__") for n in names if n.endswith(".py"))
+    assert modules == NO_NUMPY_MODULES, "the wheel holds the leaves and the pure layers, nothing else"
+    data = [n for n in names if not n.endswith(".py") and ".dist-info/" not in n]
+    assert data == ["paged_kv/model/weights/config.json"], data
+    assert not [n for n in names if n.endswith((".safetensors", ".bin", ".pt", ".pth", ".npz"))]
+    requires = [line.split(":", 1)[1].strip() for line in meta.splitlines() if line.startswith("Requires-Dist:")]
+    assert [r.split(">")[0].split("=")[0].strip() for r in requires] == ["lazy_loader"], requires
+    # No site-packages (-S), no environment or working folder on sys.path (-I): only the wheel's
+    # contents and a copy of its one dependency.
+    deps = tmp_path / "deps"
+    shutil.copytree(Path(lazy_loader.__file__).parent, deps / "lazy_loader",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    prefix = f"import sys\nsys.path[:0] = [{str(tmp_path / 'site')!r}, {str(deps)!r}]\n"
+    seen = _run_blocked([sys.executable, "-I", "-S"], tmp_path, prefix)
+    assert seen["loaded"] == []
+    assert seen["files"] and all(f.startswith(str(tmp_path / "site")) for f in seen["files"]), seen["files"][:3]
+    assert seen["result"] == _expected()
 
 
 def test_kernels_load_only_the_leaves_of_paged_kv():
