@@ -88,7 +88,9 @@ STARTUP_LOGS: dict[str, StartupLog] = {log.key: log for log in [
         "The model's max seq len (29000) is larger than the maximum number of tokens that can be "
         "stored in KV cache (23648).",
         "Llama-3.1-8B", unknown="why the profile's peak is 0.92 GiB higher: V0 profiles a prefill of "
-                                "max_model_len tokens, so the activations grow with it"),
+                                "max_model_len tokens (up to 32K; above it chunked prefill is on by default and "
+                                "the profile is one chunk, so the thread's 35K and 45K runs start), so the "
+                                "activations grow with it"),
     StartupLog(
         "qwen3-0.6b-a100", "Qwen3-0.6B on one A100, V1 engine, bf16 KV cache, max_model_len 4,096",
         "vllm-project/vllm", 24577, "https://github.com/vllm-project/vllm/pull/24577",
