@@ -384,15 +384,22 @@ class Result:
         return [i for i, (score, _) in self.scores.items() if score is None]
 
 
+def cell_score(grade) -> float | None:
+    """One cell's points in the gradebook, or ``None`` when it has neither an autograded nor a
+    manual score (a cell that could not be graded).  nbgrader's own ``Grade.score`` reads such a
+    cell as 0, which is why neither the report nor the export uses it."""
+    base = grade.manual_score if grade.manual_score is not None else grade.auto_score
+    return None if base is None else float(base) + float(grade.extra_credit or 0)
+
+
 def cell_scores(root: Path, assignment: str, student: str) -> dict:
     """``{grade_id: (score, max_score)}`` of one autograded submission, from the gradebook; the
-    score is ``None`` for a cell that was not graded (no automatic or manual score)."""
+    score is ``None`` for a cell that was not graded (:func:`cell_score`)."""
     from nbgrader.api import Gradebook
 
     with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
         submission = gb.find_submission(assignment, student)
-        return {g.name: (None if g.score is None or (g.auto_score is None and g.manual_score is None) else float(g.score),
-                         float(g.max_score)) for nb in submission.notebooks for g in nb.grades}
+        return {g.name: (cell_score(g), float(g.max_score)) for nb in submission.notebooks for g in nb.grades}
 
 
 def grade(assignment: str, root: Path = COURSE, students: list[str] | None = None,

@@ -17,7 +17,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from course import COURSE, build_notebook, graded_cells, load_config
+from course import COURSE, build_notebook, cell_score, graded_cells, load_config
 
 NOT_GRADED = "not graded"
 # A roster's columns, by what they hold (header names compared case-insensitively).  Canvas's
@@ -202,7 +202,7 @@ def grade_rows(assignment: str, root: Path = COURSE) -> tuple[list[tuple[str, fl
                            if i in known else Student(i) for i in extra]:
             name, late = files.get(s.id, (None, False))
             if s.id in graded:
-                scores = {g.name: _cell_score(g) for n in gb.find_submission(assignment, s.id).notebooks for g in n.grades}
+                scores = {g.name: cell_score(g) for n in gb.find_submission(assignment, s.id).notebooks for g in n.grades}
                 per_task = {}
                 for task, grade_id, _, _ in cells:
                     score = scores.get(grade_id)
@@ -214,14 +214,6 @@ def grade_rows(assignment: str, root: Path = COURSE) -> tuple[list[tuple[str, fl
             else:
                 rows.append(GradeRow(s, NOT_GRADED if s.id in handed_in or name else "no submission", late, {}, name))
     return list(tasks.items()), rows
-
-
-def _cell_score(grade) -> float | None:
-    """One cell's points in the gradebook, or ``None`` when it has neither an autograded nor a
-    manual score (a cell that could not be graded).  nbgrader's own ``Grade.score`` reads such a
-    cell as 0, which is why the export does not use it."""
-    base = grade.manual_score if grade.manual_score is not None else grade.auto_score
-    return None if base is None else float(base) + float(grade.extra_credit or 0)
 
 
 def _points(value) -> str:
