@@ -1,0 +1,107 @@
+"""What every panel model shares: one step of a live panel as a pure function, and the figure's JSON.
+
+A live panel (chapter 3's calculator, chapter 5's block pool, ...) runs in two places: in a
+Jupyter or Colab kernel, around ipywidgets, and in the HTML book itself, where the page's buttons
+send the same actions to the package running in Pyodide.  So that the two can never disagree,
+every decision a panel makes lives in one *panel model* (a :class:`PanelModel`), and both fronts
+only forward the reader's actions to it and draw what it returns.
+
+A panel model is pure: :meth:`PanelModel.apply` returns a new state and never changes the one it
+was given, so a front can keep the old state when an action is refused, and the same sequence of
+actions gives the same figures wherever it runs (the browser edition's parity test replays one in
+CPython and in Pyodide and compares :func:`figure_json` byte for byte).
+
+An *action* is a JSON-able ``dict`` with an ``"op"`` key (``{"op": "add", "prompt": "To be"}``);
+:meth:`PanelModel.controls` describes, also as JSON, the buttons and inputs that produce them, so
+the page draws its controls from the model instead of a second copy written in JavaScript.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from ..errors import ConfigError, PagedKVError
+
+__all__ = ["PanelModel", "Step", "figure_json", "step"]
+
+
+class PanelModel:
+    """The interface of a panel model (subclass it; the methods below raise ``NotImplementedError``).
+
+    ``state`` is whatever the model keeps (a frozen dataclass, plain data or the package's own
+    objects); only the model reads it.  Fronts call :func:`step`, not :meth:`apply` directly.
+    """
+
+    #: the panel's name in the page (``data-panel="..."``) and in the browser worker
+    name: str = ""
+
+    def initial(self) -> Any:
+        """The state before the reader's first action."""
+        raise NotImplementedError
+
+    def apply(self, state: Any, action: Mapping[str, Any]) -> Any:
+        """The state after ``action``; ``state`` itself is left as it was.
+
+        Raises:
+            PagedKVError: the action is refused (a prompt that does not fit, an unknown request,
+                an unknown ``"op"``); the message names the bad value.
+        """
+        raise NotImplementedError
+
+    def figure(self, state: Any):
+        """The panel's plotly figure for ``state`` (a ``plotly.graph_objects.Figure``)."""
+        raise NotImplementedError
+
+    def status(self, state: Any) -> str:
+        """The panel's status text for ``state`` (plain text; fronts escape it)."""
+        return ""
+
+    def controls(self) -> list[dict]:
+        """The panel's controls as JSON: a list of ``{"kind": "button", "label": ..., "op": ...}``
+        and ``{"kind": "text" | "int" | "select", "name": ..., "label": ..., "value": ...,
+        ("options": [...], "min": ..., "max": ...)}``; a button's action is ``{"op": op}`` plus the
+        current value of every named input."""
+        return []
+
+
+@dataclass(frozen=True)
+class Step:
+    """What a front draws after one action: the new ``state`` (the old one when refused), its
+    ``figure``, the panel's ``status`` text and a ``note`` (the refusal's message, else ``""``)."""
+
+    state: Any
+    figure: Any
+    status: str
+    note: str
+
+
+def step(model: PanelModel, state: Any, action: Mapping[str, Any] | None) -> Step:
+    """Apply ``action`` (``None``: none, just draw ``state``) and return what the front shows.
+
+    A refusal of ours (:class:`~paged_kv.errors.PagedKVError`) becomes the step's ``note`` and
+    leaves the state as it was; any other exception is a bug and propagates (the ipywidgets front
+    shows it as an internal error, :func:`paged_kv.widgets.panel.error_note`).
+
+    Raises:
+        ConfigError: ``action`` is not a mapping with a string ``"op"``.
+    """
+    note = ""
+    if action is not None:
+        if not isinstance(action, Mapping) or not isinstance(action.get("op"), str):
+            raise ConfigError(f"an action must be a dict with a string 'op', got {action!r:.80}")
+        try:
+            state = model.apply(state, action)
+        except PagedKVError as e:
+            note = str(e)
+    return Step(state, model.figure(state), model.status(state), note)
+
+
+def figure_json(fig) -> str:
+    """``fig`` as compact JSON with sorted keys, by plotly's ``"json"`` engine (never orjson, which
+    CPython may have and Pyodide does not): the bytes the browser edition's parity test compares."""
+    import plotly.io as pio
+
+    return json.dumps(json.loads(pio.to_json(fig, engine="json", validate=False)), sort_keys=True,
+                      separators=(",", ":"), ensure_ascii=False)
