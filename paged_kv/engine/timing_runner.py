@@ -33,9 +33,9 @@ class TimingRunner:
         block_size: tokens per block (what ``swap_time`` is told).
         next_token: a token source (:data:`~paged_kv.engine.token_source.TokenSource`), called as
             ``next_token(seq_id, tokens)`` with the sequence's prompt and generated ids so far (a
-            tuple) for each token sampled; ``None``: every token is 0.  A fresh ``n``-sample leader
-            asks it once and gives its ``n`` samples that token (greedy: the samples agree until
-            they are told apart).
+            tuple) for each token sampled, whatever the request's sampling parameters (a token
+            source is greedy); ``None``: every token is 0.  A fresh ``n``-sample leader asks it
+            once and gives its ``n`` samples that token.
 
     The tokens so far, without reading the scheduler: the runner keeps, per sequence, the tokens
     it was given at each position: a request's prompt when it is admitted
