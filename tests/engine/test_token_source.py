@@ -250,3 +250,5 @@ def test_live_requests_take_one_source_of_tokens():
     s = live.add("ab")
     live.step()
     assert live.tokens[s] == TOK.encode("ab") + [0] and live.pending[s] == 0
+    with pytest.raises(ConfigError, match="next_token's token for request 0"):
+        LiveRequests(None, TOK, next_token=lambda seq, tokens: -1).add("ab")
