@@ -17,7 +17,9 @@ import lazy_loader as _lazy
 
 __version__ = "0.1.0"
 
-__getattr__, __dir__, __all__ = _lazy.attach(__name__, submod_attrs={
+# "storage" is a submodule here too: engine modules name it with lazy_loader.load (torch, on first
+# use), which leaves it in sys.modules unbound, and ``paged_kv.storage`` must still find it.
+__getattr__, __dir__, __all__ = _lazy.attach(__name__, submodules=["storage"], submod_attrs={
     "errors": ["AdmissionError", "BlockError", "CacheError", "ConfigError", "DTypeNotSupportedError", "KernelUnavailableError",
                "OutOfBlocksError", "PagedKVError", "PromptError", "TensorError", "UnknownPresetError"],
     "units": ["GB", "GiB", "format_bytes"],
@@ -31,3 +33,4 @@ __getattr__, __dir__, __all__ = _lazy.attach(__name__, submod_attrs={
     "sim": ["simulate", "synthetic_trace"],
     "engine": ["EngineConfig", "LLMEngine"],
 })
+__all__.remove("storage")             # a layer, not one of the shared names (the same list __dir__ returns)

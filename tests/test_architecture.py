@@ -447,6 +447,28 @@ def test_pure_wheel_holds_the_pure_modules_and_runs_from_its_contents(tmp_path):
     assert seen["result"] == _expected()
 
 
+LAZY_TARGETS = sorted({t for p in PACKAGE_FILES for node, targets, _, _ in _imports(p) if isinstance(node, ast.Call)
+                       for t in targets})
+
+
+def test_a_module_named_for_later_is_still_found_through_its_package():
+    """``lazy_loader.load`` leaves a module in ``sys.modules`` that its package does not bind, so
+    ``import paged_kv.storage; paged_kv.storage.X`` fails unless the package's lazy ``__init__``
+    lists it among its submodules: checked for every such module, after its users are imported."""
+    assert {"paged_kv.storage", "paged_kv.engine.runner", "paged_kv.model.sampling"} <= set(LAZY_TARGETS)
+    users = sorted({_dotted(p) for p in PACKAGE_FILES for node, _, _, _ in _imports(p) if isinstance(node, ast.Call)})
+    seen = _fresh("import importlib, json, sys\n"
+                  f"for name in {users!r}:\n    importlib.import_module(name)\n"
+                  "bad = []\n"
+                  f"for name in {LAZY_TARGETS!r}:\n"
+                  "    parent, _, child = name.rpartition('.')\n"
+                  "    importlib.import_module(name)\n"
+                  "    try:\n        getattr(sys.modules[parent], child).__name__\n"
+                  "    except AttributeError as e:\n        bad.append(f'{name}: {e}')\n"
+                  "print(json.dumps(bad))")
+    assert seen == [], seen
+
+
 def test_kernels_load_only_the_leaves_of_paged_kv():
     seen = _fresh("import json, sys\nimport kernels, kernels.bench\n"
                   "print(json.dumps(sorted(m for m in sys.modules if m.startswith('paged_kv'))))")

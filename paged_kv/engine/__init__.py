@@ -26,7 +26,9 @@ given a model.
 
 import lazy_loader as _lazy
 
-__getattr__, __dir__, __all__ = _lazy.attach(__name__, submod_attrs={
+# "runner" is a submodule here too: llm_engine names it with lazy_loader.load (torch, on first use),
+# which leaves it in sys.modules unbound, and ``paged_kv.engine.runner`` must still find it.
+__getattr__, __dir__, __all__ = _lazy.attach(__name__, submodules=["runner"], submod_attrs={
     "config": ["EngineConfig"],
     "live": ["LiveRequests"],
     "llm_engine": ["LLMEngine"],
@@ -40,3 +42,4 @@ __getattr__, __dir__, __all__ = _lazy.attach(__name__, submod_attrs={
     "timing_runner": ["SwapTime", "TimingRunner"],
     "token_source": ["RecordedTokens", "TokenSource"],
 })
+__all__.remove("runner")              # the same list __dir__ returns

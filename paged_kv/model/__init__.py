@@ -22,7 +22,9 @@ import lazy_loader as _lazy
 
 from ..sampling_params import SamplingParams
 
-__getattr__, __dir__, __all__ = _lazy.attach(__name__, submod_attrs={
+# "sampling" is a submodule here too: engine.live names it with lazy_loader.load (torch, on first
+# use), which leaves it in sys.modules unbound, and ``paged_kv.model.sampling`` must still find it.
+__getattr__, __dir__, __all__ = _lazy.attach(__name__, submodules=["sampling"], submod_attrs={
     "attention": ["BACKENDS", "AttentionMetadata", "check_backend", "decode_attention", "prefill_attention"],
     "checkpoint": ["load_checkpoint", "load_tiny_model", "save_checkpoint", "weights_dir"],
     "config": ["ModelConfig"],
@@ -31,4 +33,5 @@ __getattr__, __dir__, __all__ = _lazy.attach(__name__, submod_attrs={
     "sampling": ["apply_penalties", "sample", "sample_generator"],
     "tokenizer": ["ByteTokenizer"],
 })
+__all__.remove("sampling")
 __all__.append("SamplingParams")      # the same list __dir__ returns
