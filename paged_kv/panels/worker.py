@@ -7,7 +7,10 @@ answer the JSON text of ``{"handle", "figure", "figure_sha256", "status", "note"
 the page hands it to ``Plotly.react``), ``figure_sha256`` the sha256 of that text (what the parity
 and browser tests compare with CPython's), ``note`` a refusal's message (else ``""``).
 
-The panels live in this module's table of handles for as long as the page is open.
+The panels live in this module's table of handles for as long as the page is open.  Importing
+this module sets plotly's defaults as the book does (:func:`paged_kv.viz.setup_plotly`: the
+``plotly_white`` template), so a live figure looks like the static one it replaces and its JSON
+is the one CPython gives under the book's settings.
 """
 
 from __future__ import annotations
@@ -18,11 +21,13 @@ import json
 from typing import Any
 
 from ..errors import ConfigError
+from ..viz import setup_plotly
 from .base import Step, figure_json, step
 from .registry import create as create_panel
 
 __all__ = ["act", "create", "forget", "reply"]
 
+setup_plotly()
 _panels: dict[int, list] = {}          # handle -> [model, state]
 _handles = itertools.count(1)
 
