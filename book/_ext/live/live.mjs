@@ -15,10 +15,10 @@ function call(msg) {
   if (!worker) {
     worker = new Worker(new URL("worker.mjs", import.meta.url), { type: "module" });
     worker.onmessage = (e) => {
-      const { id, ok, result, error, ms, bootMs } = e.data;
+      const { id, ok, result, error, ms, bootMs, boot } = e.data;
       const p = pending.get(id);
       pending.delete(id);
-      if (ok) p.resolve({ reply: JSON.parse(result), ms, bootMs });
+      if (ok) p.resolve({ reply: JSON.parse(result), ms, bootMs, boot });
       else p.reject(new Error(error));
     };
     worker.onerror = (e) => {
@@ -52,6 +52,7 @@ function draw(box, { reply, ms }) {
   status.style.display = "";
   status.textContent = (reply.note ? `refused: ${reply.note}\n\n` : "") + reply.status;
   status.classList.toggle("paged-kv-live-refused", !!reply.note);
+  status.style.color = reply.note ? "#B00" : "";
   box.dataset.liveSha = reply.figure_sha256;
   box.dataset.liveNote = reply.note;
   box.dataset.liveMs = String(Math.round(ms));
@@ -75,6 +76,7 @@ function renderControls(box, controls, handle) {
   for (const c of controls) {
     const label = document.createElement("label");
     label.className = "paged-kv-live-control";
+    label.style.cssText = "display:inline-block;margin:0 1em 0.4em 0;white-space:nowrap";
     if (c.kind === "button") {
       const b = document.createElement("button");
       b.type = "button";
@@ -127,6 +129,8 @@ export async function start(box) {
     renderControls(box, r.reply.controls, r.reply.handle);
     box.dataset.liveColdMs = String(Math.round(performance.now() - t0));
     box.dataset.liveBootMs = String(Math.round(r.bootMs));
+    box.dataset.liveBoot = JSON.stringify(r.boot);
+    box.dataset.liveCreateMs = String(Math.round(r.ms));
     run.textContent = "Live";
     box.dataset.liveState = "ready";
   } catch (err) {

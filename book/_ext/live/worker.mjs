@@ -21,22 +21,27 @@ async function boot() {
       return [w.file, await r.arrayBuffer()];
     })),
   ]);
+  const t1 = performance.now();
   const site = pyodide.runPython("import site; site.getsitepackages()[0]");
   for (const [file, buf] of wheels) pyodide.unpackArchive(buf, "wheel", { extractDir: site });
+  const t2 = performance.now();
   const worker = pyodide.pyimport("paged_kv.panels.worker");
-  return { pyodide, worker, bootMs: performance.now() - t0 };
+  const t3 = performance.now();
+  // where a cold start goes: Pyodide loaded and the wheels fetched, unpacked, the package imported
+  const boot = { load: t1 - t0, unpack: t2 - t1, import: t3 - t2 };
+  return { pyodide, worker, bootMs: t3 - t0, boot };
 }
 
 self.onmessage = async (e) => {
   const m = e.data;
   try {
     ready = ready || boot();
-    const { worker, bootMs } = await ready;
+    const { worker, bootMs, boot } = await ready;
     const t0 = performance.now();
     const result = m.cmd === "create" ? worker.create(m.name, m.args || "{}")
       : m.cmd === "act" ? worker.act(m.handle, m.action)
       : (() => { throw new Error(`unknown command ${m.cmd}`); })();
-    self.postMessage({ id: m.id, ok: true, result, ms: performance.now() - t0, bootMs });
+    self.postMessage({ id: m.id, ok: true, result, ms: performance.now() - t0, bootMs, boot });
   } catch (err) {
     self.postMessage({ id: m.id, ok: false, error: String(err && err.message || err) });
   }
