@@ -8,7 +8,9 @@
   build" to match.  Without the runtime the build still succeeds, and says why live mode is off.
 * On a page with a placeholder (``html-page-context``): one small script, ``_static/live/click.js``,
   a click listener; nothing else runs on page load.
-* At the end (``build-finished``): ``_static/live/`` gets Pyodide's core files, the pinned wheels,
+* At the end (``build-finished``): ``_static/live/`` gets Pyodide's core files, the pinned wheels
+  (less the paths a wheel's ``drop`` in the lock lists: plotly's JavaScript bundles for Jupyter and
+  its sample data, which Python in the browser never reads, 20 MB unpacked),
   the pure wheel of the package (``scripts/pure_wheel.py``; or the wheel ``PAGED_KV_PURE_WHEEL``
   names), ``manifest.json`` (the wheels the worker installs) and the live module and its worker
   (``book/_ext/live/*.mjs``).  As MathJax in ``offline_assets``: nothing comes from a CDN, ever.
@@ -22,6 +24,7 @@ import json
 import os
 import shutil
 import tempfile
+import zipfile
 from pathlib import Path
 
 from sphinx.util import logging
@@ -75,6 +78,17 @@ def _pure_wheel(out: Path) -> Path:
     return _script("pure_wheel").build(out)
 
 
+def _copy_wheel(src: Path, dest: Path, drop: list[str]) -> None:
+    """``src`` to ``dest``, leaving out the members whose path starts with one of ``drop``."""
+    if not drop:
+        shutil.copy2(src, dest)
+        return
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dest, "w", zipfile.ZIP_DEFLATED) as zout:
+        for info in zin.infolist():
+            if not any(info.filename.startswith(d) for d in drop):
+                zout.writestr(info, zin.read(info))
+
+
 def _build_finished(app, exception):
     if exception is not None or app.builder.format != "html" or not getattr(app, "paged_kv_live", False):
         return
@@ -82,13 +96,15 @@ def _build_finished(app, exception):
     dest = Path(app.outdir) / "_static" / "live"
     shutil.rmtree(dest, ignore_errors=True)
     shutil.copytree(assets.DEST / "pyodide", dest / "pyodide")
-    shutil.copytree(assets.DEST / "wheels", dest / "wheels")
+    (dest / "wheels").mkdir()
+    pins = assets.lock()
+    for w in pins["wheels"]:
+        _copy_wheel(assets.DEST / "wheels" / w["file"], dest / "wheels" / w["file"], w.get("drop", []))
     with tempfile.TemporaryDirectory() as tmp:
         wheel = _pure_wheel(Path(tmp))
         shutil.copy2(wheel, dest / "wheels" / wheel.name)
     for name in ("click.js", "live.mjs", "worker.mjs"):
         shutil.copy2(HERE / name, dest / name)
-    pins = assets.lock()
     files = [w["file"] for w in pins["wheels"]] + [wheel.name]
     manifest = {"pyodide": pins["pyodide"]["version"], "wheels": [
         {"file": f, "bytes": (dest / "wheels" / f).stat().st_size,

@@ -28,20 +28,20 @@ async function boot() {
   const worker = pyodide.pyimport("paged_kv.panels.worker");
   const t3 = performance.now();
   // where a cold start goes: Pyodide loaded and the wheels fetched, unpacked, the package imported
-  const boot = { load: t1 - t0, unpack: t2 - t1, import: t3 - t2 };
-  return { pyodide, worker, bootMs: t3 - t0, boot };
+  const phases = { load: t1 - t0, unpack: t2 - t1, import: t3 - t2 };
+  return { pyodide, worker, bootMs: t3 - t0, boot: phases };
 }
 
 self.onmessage = async (e) => {
   const m = e.data;
   try {
     ready = ready || boot();
-    const { worker, bootMs, boot } = await ready;
+    const { worker, bootMs, boot: phases } = await ready;
     const t0 = performance.now();
     const result = m.cmd === "create" ? worker.create(m.name, m.args || "{}")
       : m.cmd === "act" ? worker.act(m.handle, m.action)
       : (() => { throw new Error(`unknown command ${m.cmd}`); })();
-    self.postMessage({ id: m.id, ok: true, result, ms: performance.now() - t0, bootMs, boot });
+    self.postMessage({ id: m.id, ok: true, result, ms: performance.now() - t0, bootMs, boot: phases });
   } catch (err) {
     self.postMessage({ id: m.id, ok: false, error: String(err && err.message || err) });
   }
