@@ -10,6 +10,10 @@ What is fetched is pinned in ``book/_ext/live/lock.json``:
   ``pip download --no-deps`` with a hash-pinned requirements file (pip checks the sha256; so does
   this script).
 
+Then, with Debian's nodejs, ``scripts/live_bytecode.mjs`` precompiles in Pyodide itself the modules
+of those wheels that a panel loads, into ``.live_assets/bytecode.zip`` (optional: a cold start
+without it compiles them from source, seconds slower).
+
 Without npm, or when a fetch fails, it says so and exits 0 without leaving a partial folder: the
 book then builds without live mode (its pages say "Live mode is not in this build").  A second run
 with everything in place does nothing.  ``make assets`` (and so ``make book``) runs it unless
@@ -100,11 +104,33 @@ def _fetch_wheels(wheels: list, out: Path, tmp: Path) -> None:
         shutil.copy2(got, out / w["file"])
 
 
+def bytecode(dest: Path = DEST) -> Path | None:
+    """``dest/bytecode.zip``, the wheels' bytecode for Pyodide, made by ``scripts/live_bytecode.mjs``
+    unless it is there for the current lock; None without node or when it fails (said)."""
+    out, stamp = dest / "bytecode.zip", dest / "bytecode.lock-sha256"
+    want = sha256(LOCK) + sha256(ROOT / "scripts" / "live_bytecode.mjs")
+    if out.is_file() and stamp.is_file() and stamp.read_text() == want:
+        return out
+    node = shutil.which("node") or shutil.which("nodejs")
+    if node is None:
+        print("live_assets: node not found: no precompiled bytecode (live mode starts slower)")
+        return None
+    proc = subprocess.run([node, str(ROOT / "scripts" / "live_bytecode.mjs"), str(dest), str(out)],
+                          capture_output=True, text=True, timeout=900)
+    if proc.returncode != 0 or not out.is_file():
+        print(f"live_assets: precompiling failed (live mode starts slower): {proc.stderr[-600:]}")
+        return None
+    stamp.write_text(want)
+    print(proc.stdout.strip().splitlines()[-1])
+    return out
+
+
 def fetch(dest: Path = DEST) -> bool:
     """Fetch whatever is missing or wrong under ``dest``; True when the runtime is complete.
     A failure is printed, the partial files removed, and False returned (never raised)."""
     dest = Path(dest)
     if not missing(dest, check_hashes=True):
+        bytecode(dest)
         return True
     pins = lock()
     with tempfile.TemporaryDirectory() as t:
@@ -124,6 +150,7 @@ def fetch(dest: Path = DEST) -> bool:
     total = sum(p.stat().st_size for p in expected(dest))
     print(f"live_assets: Pyodide {pins['pyodide']['version']} and {len(pins['wheels'])} wheels in {dest} "
           f"({total / 1e6:.1f} MB)")
+    bytecode(dest)
     return True
 
 

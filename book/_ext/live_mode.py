@@ -12,7 +12,8 @@
   (less the paths a wheel's ``drop`` in the lock lists: plotly's JavaScript bundles for Jupyter and
   its sample data, which Python in the browser never reads, 20 MB unpacked),
   the pure wheel of the package (``scripts/pure_wheel.py``; or the wheel ``PAGED_KV_PURE_WHEEL``
-  names), ``manifest.json`` (the wheels the worker installs) and the live module and its worker
+  names), the wheels' precompiled bytecode when ``make assets`` could make it (``bytecode.zip``,
+  ``scripts/live_bytecode.mjs``), ``manifest.json`` (what the worker installs) and the live module and its worker
   (``book/_ext/live/*.mjs``).  As MathJax in ``offline_assets``: nothing comes from a CDN, ever.
 """
 
@@ -108,7 +109,11 @@ def _build_finished(app, exception):
     files = [w["file"] for w in pins["wheels"]] + [wheel.name]
     manifest = {"pyodide": pins["pyodide"]["version"], "wheels": [
         {"file": f, "bytes": (dest / "wheels" / f).stat().st_size,
-         "sha256": hashlib.sha256((dest / "wheels" / f).read_bytes()).hexdigest()} for f in files]}
+         "sha256": hashlib.sha256((dest / "wheels" / f).read_bytes()).hexdigest()} for f in files],
+        "bytecode": None}
+    if (assets.DEST / "bytecode.zip").is_file():
+        shutil.copy2(assets.DEST / "bytecode.zip", dest / "bytecode.zip")
+        manifest["bytecode"] = "bytecode.zip"
     (dest / "manifest.json").write_text(json.dumps(manifest, indent=1))
 
 

@@ -2,7 +2,8 @@
 //
 // Everything comes from this site's _static/live/ folder (book/_ext/live_mode.py puts it there):
 // Pyodide's core files in pyodide/, the wheels listed in manifest.json in wheels/. A wheel is
-// unpacked straight into site-packages (no micropip, no package index, no CDN).
+// unpacked straight into site-packages (no micropip, no package index, no CDN), then the wheels'
+// precompiled bytecode (bytecode.zip, if the build has it) over them.
 // Messages in: {id, cmd: "create", name, args} | {id, cmd: "act", handle, action}; out:
 // {id, ok: true, result: <JSON text of paged_kv.panels.worker's reply>, ms} | {id, ok: false, error}.
 import { loadPyodide } from "./pyodide/pyodide.mjs";
@@ -13,17 +14,20 @@ let ready = null;
 async function boot() {
   const t0 = performance.now();
   const manifest = await (await fetch(new URL("manifest.json", here))).json();
-  const [pyodide, wheels] = await Promise.all([
+  const get = async (path) => {
+    const r = await fetch(new URL(path, here));
+    if (!r.ok) throw new Error(`fetching ${path}: HTTP ${r.status}`);
+    return r.arrayBuffer();
+  };
+  const [pyodide, wheels, bytecode] = await Promise.all([
     loadPyodide({ indexURL: new URL("pyodide/", here).href, packages: [] }),
-    Promise.all(manifest.wheels.map(async (w) => {
-      const r = await fetch(new URL("wheels/" + w.file, here));
-      if (!r.ok) throw new Error(`fetching ${w.file}: HTTP ${r.status}`);
-      return [w.file, await r.arrayBuffer()];
-    })),
+    Promise.all(manifest.wheels.map((w) => get("wheels/" + w.file))),
+    manifest.bytecode ? get(manifest.bytecode) : null,
   ]);
   const t1 = performance.now();
   const site = pyodide.runPython("import site; site.getsitepackages()[0]");
-  for (const [file, buf] of wheels) pyodide.unpackArchive(buf, "wheel", { extractDir: site });
+  for (const buf of wheels) pyodide.unpackArchive(buf, "wheel", { extractDir: site });
+  if (bytecode) pyodide.unpackArchive(bytecode, "zip", { extractDir: site });
   const t2 = performance.now();
   const worker = pyodide.pyimport("paged_kv.panels.worker");
   const t3 = performance.now();
