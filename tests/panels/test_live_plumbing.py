@@ -1,0 +1,98 @@
+"""The browser edition's Python side: the registry of panels, the worker's JSON calls, and the
+placeholder a static page carries."""
+
+import hashlib
+import json
+
+import pytest
+
+from paged_kv.errors import ConfigError
+from paged_kv.panels import figure_json, page, registry, step, worker
+from paged_kv.panels.base import PanelModel
+from paged_kv.panels.calculator import CalculatorPanel
+
+CONTRACT = {"calculator", "block_pool", "fork", "serving", "prefix_cache"}
+
+
+def test_the_registry_names_the_five_panels_and_builds_those_that_import():
+    assert set(registry.PANELS) == CONTRACT
+    here = registry.available()
+    assert here["calculator"] is CalculatorPanel
+    for name, cls in here.items():
+        assert issubclass(cls, PanelModel) and cls.name == name, name
+        assert 4 <= len(cls.demo_actions) <= 8 and json.loads(json.dumps(cls.demo_actions)) == cls.demo_actions
+    with pytest.raises(ConfigError, match="no panel named 'abacus'"):
+        registry.panel_class("abacus")
+    with pytest.raises(ConfigError, match="not JSON"):
+        registry.create("calculator", "{batch: 4}")
+    with pytest.raises(ConfigError, match="JSON object"):
+        registry.create("calculator", "[4]")
+    assert registry.create("calculator", '{"batch_size": 4}').initial().batch_size == 4
+
+
+def test_a_panel_that_does_not_import_fails_alone_with_its_name(monkeypatch):
+    monkeypatch.setitem(registry.PANELS, "ghost", "paged_kv.panels.no_such_module:Ghost")
+    with pytest.raises(ImportError, match="panel 'ghost'"):
+        registry.panel_class("ghost")
+    assert "ghost" not in registry.available() and "calculator" in registry.available()
+
+
+def test_the_worker_answers_json_the_parity_hash_is_of_figure_json():
+    r = json.loads(worker.create("calculator", '{"model": "Llama-3-70B", "tp": 4}'))
+    assert set(r) == {"handle", "panel", "figure", "figure_sha256", "status", "note", "controls"}
+    model = CalculatorPanel(model="Llama-3-70B", tp=4)
+    first = step(model, model.initial(), None)
+    assert r["figure_sha256"] == hashlib.sha256(figure_json(first.figure).encode()).hexdigest()
+    assert json.dumps(r["figure"], sort_keys=True, separators=(",", ":"), ensure_ascii=False) == figure_json(first.figure)
+    assert r["status"] == first.status and r["note"] == "" and r["controls"] == model.controls()
+
+    r2 = json.loads(worker.act(r["handle"], '{"op": "set", "batch_size": 64}'))
+    assert r2["note"] == "" and r2["figure_sha256"] != r["figure_sha256"] and "64 x 8,192" in r2["status"]
+    r3 = json.loads(worker.act(r["handle"], '{"op": "set", "seq_len": 0}'))       # refused: state kept
+    assert "seq_len" in r3["note"] and r3["figure_sha256"] == r2["figure_sha256"]
+    with pytest.raises(ConfigError, match="handle"):
+        worker.act(10**6, '{"op": "set"}')
+    with pytest.raises(ConfigError, match="must be JSON"):
+        worker.act(r["handle"], "set batch 4")
+    with pytest.raises(ConfigError, match="string 'op'"):
+        worker.act(r["handle"], '{"batch_size": 4}')
+    worker.forget(r["handle"])
+    with pytest.raises(ConfigError, match="handle"):
+        worker.act(r["handle"], '{"op": "set"}')
+
+
+def test_the_placeholder_offers_run_live_or_says_the_build_has_none(monkeypatch):
+    monkeypatch.delenv(page.LIVE_ENV, raising=False)
+    on = page.placeholder("calculator", {"batch_size": 4, "model": "Llama-3-8B"}, figure_id="fig-1")
+    assert 'data-panel="calculator"' in on and 'data-figure="fig-1"' in on and "Run live" in on
+    args = on.split('data-args="')[1].split('"')[0].replace("&quot;", '"')
+    assert json.loads(args) == {"batch_size": 4, "model": "Llama-3-8B"}
+    assert "<script" not in on                       # nothing runs on page load from the placeholder
+    monkeypatch.setenv(page.LIVE_ENV, "0")
+    off = page.placeholder("calculator")
+    assert page.OFF_MESSAGE in off and "Run live" not in off and "<button" not in off
+    with pytest.raises(ConfigError, match="no panel named"):
+        page.placeholder("abacus")
+    with pytest.raises(ConfigError, match="JSON-able"):
+        page.placeholder("calculator", {"model": object()})
+
+
+def test_show_live_in_the_static_build_emits_the_placeholder_and_the_first_figure(monkeypatch):
+    pytest.importorskip("ipywidgets")
+    from paged_kv.widgets import panel as wpanel
+
+    shown = []
+    monkeypatch.setattr(wpanel, "display", lambda obj: shown.append(obj))
+    monkeypatch.setenv("PAGED_KV_BOOK", "1")
+    monkeypatch.setenv(page.LIVE_ENV, "1")
+    built = []
+    assert wpanel.show_live(lambda: built.append(1), "The calculator", live="calculator",
+                            live_args={"batch_size": 2}) is False
+    assert built == []                               # the ipywidgets panel is never built there
+    note, live = shown[0].data, shown[1].data
+    assert "Run live" in note and 'data-panel="calculator"' in live
+    fig_id = live.split('data-figure="')[1].split('"')[0]
+    assert f'id="{fig_id}"' in live and "plotly.js" not in live.lower().split("<script")[0]
+    shown.clear()
+    wpanel.show_live(lambda: None, "The calculator")
+    assert len(shown) == 1 and "Run live" not in shown[0].data   # without live=: as before
