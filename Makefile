@@ -11,14 +11,15 @@ STAMP  := $(VENV)/.installed
 TORCH_SPEC ?= torch==2.13.0
 JB_FLAGS ?= --all -W -n --keep-going
 
-.PHONY: help install assets book test test-fast sync setup-cells colab-check assignments bench train pure-wheel clean
+.PHONY: help install assets live-assets book test test-fast sync setup-cells colab-check assignments bench train pure-wheel clean
 
 help:
 	@echo "make install  only the virtual environment .venv with the package and its book/test extras"
 	@echo "make book   build _build/html/index.html (all chapters executed, warnings are errors)"
 	@echo "make test   run the test suite (kernels in the Triton interpreter, book build, browser)"
 	@echo "make test-fast  the tests without the book build and the browser"
-	@echo "make assets MathJax for offline pages (needs npm; make book runs it)"
+	@echo "make assets MathJax for offline pages, and live mode's Pyodide and wheels (needs npm; make book runs it)"
+	@echo "make book LIVE=0  the book without live mode (its pages say so; no Pyodide fetched)"
 	@echo "make sync   regenerate the Colab notebooks book/*.ipynb from the MyST sources book/*.md"
 	@echo "make setup-cells  rewrite the Colab set-up cells and URLs from repository.url in _config.yml"
 	@echo "make colab-check  every chapter live with Colab's packages, panels clicked in Chromium (slow, not in make test)"
@@ -49,10 +50,20 @@ _assets/mathjax/tex-chtml.js:
 	  rm -rf $$tmp; \
 	else echo "npm not found: math will load MathJax from its CDN"; fi
 
-assets: _assets/mathjax/tex-chtml.js
+# Live mode (README, "Live mode"): Pyodide's core files from the npm registry and the pure-Python
+# wheels from PyPI, pinned and hashed in book/_ext/live/lock.json, fetched into .live_assets/ by
+# scripts/live_assets.py; book/_ext/live_mode.py copies them into the site. Without npm (or with
+# LIVE=0) nothing is fetched and the book builds without live mode.
+LIVE ?= 1
+live-assets: $(STAMP)
+	@if [ "$(LIVE)" = "0" ]; then echo "LIVE=0: live mode is not in this build"; \
+	elif command -v npm >/dev/null 2>&1; then $(BIN)/python scripts/live_assets.py; \
+	else echo "npm not found: live mode is not in this build"; fi
+
+assets: _assets/mathjax/tex-chtml.js live-assets
 
 book: $(STAMP) assets
-	PAGED_KV_BOOK=1 $(BIN)/jupyter-book build . $(JB_FLAGS)
+	PAGED_KV_BOOK=1 PAGED_KV_LIVE=$(LIVE) $(BIN)/jupyter-book build . $(JB_FLAGS)
 	@echo "Open _build/html/index.html"
 
 # One pytest worker per core (-n auto). --dist loadscope with the scopes of tests/conftest.py: a
@@ -99,4 +110,4 @@ train: $(STAMP)
 	$(BIN)/python scripts/train_tiny.py --data ../shared/data/tinyshakespeare.txt --out paged_kv/model/weights
 
 clean:
-	rm -rf _build _assets/mathjax
+	rm -rf _build _assets/mathjax .live_assets

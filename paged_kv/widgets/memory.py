@@ -8,6 +8,10 @@ per token, the KV cache of the batch in whole blocks (a sliding-window layer's a
 (:func:`paged_kv.viz.calculator.gpu_memory_figure`) in a ``go.FigureWidget`` updated in place, or
 redrawn into an ``ipywidgets.Output`` where FigureWidget is unavailable (it needs ``anywidget``).
 The static book shows :func:`paged_kv.viz.calculator.calculator_figure` instead.
+
+The widgets only forward their values: every decision (what "custom" starts from, the plan, the
+numbers printed, the choices offered) is :class:`paged_kv.panels.calculator.CalculatorPanel`'s,
+the panel model the browser edition's page drives too.
 """
 
 from __future__ import annotations
@@ -22,11 +26,10 @@ from .. import memory
 from ..defaults import BLOCK_SIZE
 from ..errors import PagedKVError
 from ..memory import GPU_PRESETS, KV_DTYPES, MODEL_PRESETS, WEIGHT_DTYPE_BITS, ModelSpec
-from ..units import format_bytes
+from ..panels.calculator import (CUSTOM, NO_MAX_POSITION, PP_DEGREES, TP_DEGREES, CalculatorPanel, block_sizes,
+                                 custom_fields, custom_spec, report_rows)
 from ..viz.calculator import gpu_memory_figure, gpu_memory_parts
 from .panel import error_note, guarded
-
-CUSTOM = "custom"
 
 
 class MemoryCalculator:
@@ -62,19 +65,22 @@ class MemoryCalculator:
                                              layout=narrow, style={"description_width": "initial"}),
             "qk_rope_head_dim": w.BoundedIntText(0, min=0, max=4096, description="MLA RoPE key",
                                                  layout=narrow, style={"description_width": "initial"}),
-            "max_position": w.BoundedIntText(1, min=1, max=2**24, description="max context", layout=narrow),
+            "max_position": w.BoundedIntText(1, min=1, max=NO_MAX_POSITION, description="max context", layout=narrow),
         }
         self._fill_custom(base)
         self.seq_len = w.BoundedIntText(seq_len, min=1, max=2**24, description="context", layout=narrow)
         self.batch_size = w.BoundedIntText(batch_size, min=0, max=10**6, description="batch", layout=narrow)
         self.kv_dtype = w.Dropdown(options=list(KV_DTYPES), value=kv_dtype, description="KV dtype", layout=narrow)
-        self.block_size = w.Dropdown(options=sorted({1, 8, 16, 32, 64, 128, block_size}), value=block_size,
+        self.block_size = w.Dropdown(options=block_sizes(block_size), value=block_size,
                                      description="block", layout=narrow)
         self.gpu = w.Dropdown(options=list(GPU_PRESETS), value=memory.gpu_preset(gpu).name, description="GPU",
                               layout=narrow)
-        self.tp = w.Dropdown(options=[1, 2, 4, 8, 16, 32], value=tp, description="TP", layout=narrow)
-        self.pp = w.Dropdown(options=[1, 2, 4, 8], value=pp, description="PP", layout=narrow)
+        self.tp = w.Dropdown(options=list(TP_DEGREES), value=tp, description="TP", layout=narrow)
+        self.pp = w.Dropdown(options=list(PP_DEGREES), value=pp, description="PP", layout=narrow)
         self.text = w.HTML()
+        # every decision (what custom starts from, the plan, the numbers) is the panel model's
+        self.model_panel = CalculatorPanel(model, gpu, seq_len, batch_size, kv_dtype, tp, pp, block_size)
+        self.state = self.model_panel.initial()
         self.plan, self.error = None, ""
         self.out = None
         self.figure = None
@@ -103,16 +109,13 @@ class MemoryCalculator:
         self.update()
 
     def _fill_custom(self, base: ModelSpec) -> None:
-        """Set every custom field from ``base`` (the fields are not observed while this runs)."""
+        """Set every custom field from ``base`` (:func:`paged_kv.panels.calculator.custom_fields`;
+        the fields are not observed while this runs)."""
         self._base = base
         quiet, self._quiet = self._quiet if hasattr(self, "_quiet") else False, True
         try:
-            for key in ("num_layers", "num_heads", "num_kv_heads", "head_dim", "weights_dtype",
-                        "sliding_layers", "kv_lora_rank", "qk_rope_head_dim"):
-                self.custom[key].value = getattr(base, key)
-            self.custom["params_b"].value = round(base.num_params / 1e9, 3)
-            self.custom["sliding_window"].value = base.sliding_window or 0
-            self.custom["max_position"].value = base.max_position or self.custom["max_position"].max
+            for key, value in custom_fields(base).items():
+                self.custom[key].value = value
         finally:
             self._quiet = quiet
 
@@ -130,27 +133,24 @@ class MemoryCalculator:
             return
         self._fill_custom(memory.model_preset(change["old"]))
 
+    def action(self) -> dict:
+        """The panel model's action for the widgets' current values (the custom fields, and the
+        preset they started from, only while "custom" is picked)."""
+        act = {"op": "set", "model": self.model.value, "gpu": self.gpu.value, "seq_len": self.seq_len.value,
+               "batch_size": self.batch_size.value, "kv_dtype": self.kv_dtype.value, "tp": self.tp.value,
+               "pp": self.pp.value, "block_size": self.block_size.value}
+        if self.model.value == CUSTOM:
+            act["base"] = self._base.name
+            act.update({k: v.value for k, v in self.custom.items()})
+        return act
+
     def spec(self) -> ModelSpec:
         """The chosen preset, or the preset custom started from with the typed fields replaced
-        (the exact parameter count is kept while the rounded field shows it unchanged)."""
+        (the exact parameter count is kept while the rounded field shows it unchanged;
+        :func:`paged_kv.panels.calculator.custom_spec`)."""
         if self.model.value != CUSTOM:
             return memory.model_preset(self.model.value)
-        c = {k: v.value for k, v in self.custom.items()}
-        base = self._base
-        params = (base.num_params if c["params_b"] == round(base.num_params / 1e9, 3)
-                  else max(1, round(c["params_b"] * 1e9)))
-        window, layers = c["sliding_window"], c["sliding_layers"]
-        if not (window and layers):           # either field at 0 means no sliding window (both say so)
-            window, layers = None, 0
-        changes = dict(num_layers=c["num_layers"], num_heads=c["num_heads"], num_kv_heads=c["num_kv_heads"],
-                       head_dim=c["head_dim"], num_params=params, weights_dtype=c["weights_dtype"],
-                       sliding_window=window, sliding_layers=layers,
-                       kv_lora_rank=c["kv_lora_rank"], qk_rope_head_dim=c["qk_rope_head_dim"],
-                       max_position=c["max_position"], name=CUSTOM, source=f"typed in, from {base.name}",
-                       gathered_params=min(base.gathered_params, params - 1))
-        if (c["num_heads"], c["head_dim"]) != (base.num_heads, base.head_dim):
-            changes["hidden_size"] = c["num_heads"] * c["head_dim"]
-        return base.replace(**changes)
+        return custom_spec(self._base, {k: v.value for k, v in self.custom.items()})
 
     def _show_error(self, note: str, label: str = "failed") -> None:
         """Show ``note`` instead of the plan, and hide the figure: never the previous inputs'
@@ -171,17 +171,16 @@ class MemoryCalculator:
 
     def _update(self) -> None:
         self._custom_box.layout.display = "" if self.model.value == CUSTOM else "none"
+        # apply, not panels.step: the figure is redrawn in place below, so only the new state is needed
         try:
-            spec = self.spec()
-            self.plan = memory.plan_memory(spec, self.gpu.value, self.seq_len.value,
-                                           self.batch_size.value, self.kv_dtype.value, tp=self.tp.value,
-                                           pp=self.pp.value, block_size=self.block_size.value)
-            self.error = ""
+            self.state = self.model_panel.apply(self.state, self.action())
         except PagedKVError as e:
             self._show_error(str(e), "impossible")
             return
+        self.error = ""
+        self.plan = self.model_panel.plan(self.state)
         self._figure_box.layout.display = ""
-        self.text.value = self.report_html(self.plan, spec)
+        self.text.value = self.report_html(self.plan, self.model_panel.spec(self.state))
         fig = self._draw(self._parts(self.plan))
         if self.figure is not None:
             with self.figure.batch_update():
@@ -196,33 +195,10 @@ class MemoryCalculator:
 
     @staticmethod
     def report_html(p, spec: ModelSpec | None = None) -> str:
-        """The plan's numbers as a small HTML table (binary and decimal units side by side, per
-        GPU; MiB and MB for small sizes); with ``spec`` and a sliding window, the most blocks one
-        of its sliding layers holds."""
-        both = lambda n: format_bytes(n, "auto")  # MiB (MB) for small sizes
-        verdict = ("fits" if p.fits else ("the weights do not fit" if not p.weights_fit
-                                          else f"does not fit: at most {p.max_batch_size:,} sequences"))
-        if not p.within_max_context:
-            verdict += (f" (but {p.seq_len:,} tokens is beyond the model's maximum context of "
-                        f"{p.max_position:,})")
-        top = "not declared" if p.max_position is None else f"{p.max_position:,} tokens"
-        blocks = ("" if not p.block_size else " (per token)" if p.block_size == 1
-                  else f" (whole blocks of {p.block_size} tokens)")
-        rows = [("KV bytes per token", f"{p.kv_bytes_per_token:,} B"),
-                (f"KV per sequence{blocks}", both(p.kv_bytes_per_sequence))]
-        if spec is not None and spec.sliding_window and p.block_size:
-            rows.append((f"a sliding layer ({spec.sliding_window:,}-token window) holds at most",
-                         f"{memory.window_max_blocks(spec.sliding_window, p.block_size):,} blocks"))
-        rows += [(f"KV for {p.batch_size:,} x {p.seq_len:,} tokens", both(p.kv_bytes)),
-                 ("share of the GPU", f"{p.kv_fraction:.1%}"),
-                 ("weights", both(p.weights_bytes)),
-                 (f"KV budget (after weights and {p.reserve_bytes / p.gpu_bytes:.0%} reserve)", both(p.kv_budget_bytes)),
-                 ("max batch at this context", f"{p.max_batch_size:,} sequences ({p.max_tokens:,} tokens)"),
-                 ("model's maximum context", top),
-                 ("verdict", verdict)]
+        """The plan's numbers (:func:`paged_kv.panels.calculator.report_rows`) as a small HTML table."""
+        rows, footer = report_rows(p, spec)
         body = "".join(f"<tr><td style='padding-right:1em'>{k}</td><td><b>{v}</b></td></tr>" for k, v in rows)
-        return (f"<table>{body}</table><small>all figures per GPU of the TP={p.tp} x PP={p.pp} group "
-                f"({p.tp * p.pp} GPUs)</small>")
+        return f"<table>{body}</table><small>{footer}</small>"
 
 
 def calculator_panel(**kwargs):

@@ -15,19 +15,25 @@ than something the reader did wrong, with its traceback logged (logger ``paged_k
 from __future__ import annotations
 
 import html
+import itertools
 import logging
+from typing import Any, Mapping
 
 import ipywidgets as w
 import plotly.graph_objects as go
-from IPython.display import Markdown, display
+import plotly.io as pio
+from IPython.display import HTML, Markdown, display
 
 from ..errors import PagedKVError
+from ..panels import registry, step
+from ..panels.page import live_enabled, placeholder
 from ..viz import is_static_build
 
-__all__ = ["button_action", "error_note", "figure_widget_or_output", "guarded", "run_until_idle", "show_live",
-           "status_html", "update_figure"]
+__all__ = ["button_action", "error_note", "figure_widget_or_output", "guarded", "live_html", "run_until_idle",
+           "show_live", "status_html", "update_figure"]
 
 _log = logging.getLogger("paged_kv.widgets")
+_live_ids = itertools.count(1)
 
 
 def figure_widget_or_output(fig, use_figure_widget: bool | None = None):
@@ -71,21 +77,48 @@ def update_figure(fig, out, refresh, build) -> None:
 
 
 def show_live(panel, what: str = "This panel",
-              replay: str = "the figure below is its static replay") -> bool:
+              replay: str = "the figure below is its static replay", live: str | None = None,
+              live_args: Mapping[str, Any] | None = None) -> bool:
     """Display a live ipywidgets panel when a reader's kernel runs; returns whether it did.
 
     ``panel`` is the widget, or better a zero-argument function that builds it: in the static
     book the function is never called, so no widget (and no copy of plotly.js that a
     ``FigureWidget`` would store in the notebook) ends up in the page.  There a short note says
     where the live version runs instead, and ``replay`` where the page shows a recorded run.
+    With ``live`` (a :mod:`paged_kv.panels.registry` name) the static page also gets the browser
+    edition's "Run live" placeholder and the panel model's first figure, which the page redraws
+    in place once the reader clicks (:func:`live_html`); ``live_args`` are the panel model's
+    JSON-able constructor arguments.
     Assign the result (``_ = show_live(...)``) so a notebook does not echo it.
+
+    Raises:
+        ConfigError: ``live`` is not a registry name, or ``live_args`` is not JSON-able.
     """
     if is_static_build():
+        here = " or right here (\"Run live\" below)" if live is not None and live_enabled() else ""
         display(Markdown(f"*{what} is live when you run this chapter in Jupyter or Colab "
-                         f"(launch button at the top of the page); {replay}.*"))
+                         f"(launch button at the top of the page){here}; {replay}.*"))
+        if live is not None:
+            display(HTML(live_html(live, live_args, what)))
         return False
     display(panel() if callable(panel) else panel)
     return True
+
+
+def live_html(live: str, live_args: Mapping[str, Any] | None = None, what: str = "This panel") -> str:
+    """The static page's part of a live panel: the "Run live" placeholder
+    (:func:`paged_kv.panels.page.placeholder`) above the panel model's first figure (its div,
+    without plotly.js, which the page loads once), which the browser edition redraws in place.
+
+    Raises:
+        ConfigError: ``live`` is not a registry name, or ``live_args`` is not JSON-able.
+    """
+    model = registry.create(live, dict(live_args or {}))
+    first = step(model, model.initial(), None)
+    div_id = f"paged-kv-live-{live}-{next(_live_ids)}"
+    fig_html = pio.to_html(first.figure, include_plotlyjs=False, full_html=False, div_id=div_id,
+                           config={"displaylogo": False, "responsive": True})
+    return placeholder(live, live_args, figure_id=div_id, what=what) + fig_html
 
 
 def error_note(e: Exception) -> str:

@@ -1,0 +1,144 @@
+// The live panels of a page: imported on the first "Run live" click (click.js).
+//
+// One Web Worker (worker.mjs) runs Pyodide and the package for every panel of the page. For a
+// placeholder <div class="paged-kv-live" data-panel data-args data-figure> (paged_kv/panels/page.py)
+// start() asks the worker to build the panel, redraws the page's figure in place (Plotly.react)
+// with the figure JSON it answers, and draws the panel's controls from its controls() list; every
+// control then sends its action and redraws. What the page shows after each step is recorded on the
+// placeholder for the tests: data-live-state, data-live-steps, data-live-sha (the sha256 of the
+// figure JSON, as CPython computes it), data-live-ms (the last call's time in the worker).
+let worker = null;
+let nextId = 1;
+const pending = new Map();
+
+function call(msg) {
+  if (!worker) {
+    worker = new Worker(new URL("worker.mjs", import.meta.url), { type: "module" });
+    worker.onmessage = (e) => {
+      const { id, ok, result, error, ms, bootMs, boot } = e.data;
+      const p = pending.get(id);
+      pending.delete(id);
+      if (ok) p.resolve({ reply: JSON.parse(result), ms, bootMs, boot });
+      else p.reject(new Error(error));
+    };
+    worker.onerror = (e) => {
+      for (const p of pending.values()) p.reject(new Error(e.message || "the live worker failed"));
+      pending.clear();
+    };
+  }
+  const id = nextId++;
+  return new Promise((resolve, reject) => {
+    pending.set(id, { resolve, reject });
+    worker.postMessage({ id, ...msg });
+  });
+}
+
+function figureOf(box) {
+  const id = box.dataset.figure;
+  if (id && document.getElementById(id)) return document.getElementById(id);
+  for (const gd of document.querySelectorAll(".plotly-graph-div")) {
+    if (box.compareDocumentPosition(gd) & Node.DOCUMENT_POSITION_FOLLOWING) return gd;
+  }
+  const gd = document.createElement("div");
+  gd.className = "plotly-graph-div";
+  box.appendChild(gd);
+  return gd;
+}
+
+function draw(box, { reply, ms }) {
+  const gd = figureOf(box);
+  window.Plotly.react(gd, reply.figure.data, reply.figure.layout, { displaylogo: false, responsive: true });
+  const status = box.querySelector(".paged-kv-live-status");
+  status.style.display = "";
+  status.textContent = (reply.note ? `refused: ${reply.note}\n\n` : "") + reply.status;
+  status.classList.toggle("paged-kv-live-refused", !!reply.note);
+  status.style.color = reply.note ? "#B00" : "";
+  box.dataset.liveSha = reply.figure_sha256;
+  box.dataset.liveNote = reply.note;
+  box.dataset.liveMs = String(Math.round(ms));
+  box.dataset.liveSteps = String(Number(box.dataset.liveSteps || -1) + 1);
+}
+
+function renderControls(box, controls, handle) {
+  const holder = box.querySelector(".paged-kv-live-controls");
+  holder.textContent = "";
+  const inputs = [];
+  let queue = Promise.resolve();
+  const send = (op) => {
+    const action = { op };
+    for (const { name, read } of inputs) action[name] = read();
+    queue = queue.then(() => call({ cmd: "act", handle, action: JSON.stringify(action) }))
+      .then((r) => draw(box, r))
+      .catch((err) => { box.querySelector(".paged-kv-live-status").textContent = `failed: ${err.message}`; });
+    return queue;
+  };
+  let auto = null;
+  for (const c of controls) {
+    const label = document.createElement("label");
+    label.className = "paged-kv-live-control";
+    label.style.cssText = "display:inline-block;margin:0 1em 0.4em 0;white-space:nowrap";
+    if (c.kind === "button") {
+      const b = document.createElement("button");
+      b.type = "button";
+      b.textContent = c.label;
+      b.dataset.op = c.op;
+      b.addEventListener("click", () => send(c.op));
+      if (c.auto) auto = c.op;
+      holder.appendChild(b);
+      continue;
+    }
+    label.append(c.label + " ");
+    let el;
+    if (c.kind === "select") {
+      el = document.createElement("select");
+      c.options.forEach((o, i) => {
+        const opt = document.createElement("option");
+        opt.value = String(i);
+        opt.textContent = String(o);
+        if (o === c.value) opt.selected = true;
+        el.appendChild(opt);
+      });
+      inputs.push({ name: c.name, read: () => c.options[Number(el.value)] });
+    } else {
+      el = document.createElement("input");
+      el.type = c.kind === "int" ? "number" : "text";
+      if (c.min !== undefined) el.min = c.min;
+      if (c.max !== undefined) el.max = c.max;
+      el.value = c.value ?? "";
+      inputs.push({ name: c.name, read: () => (c.kind === "int" ? Number(el.value) : el.value) });
+    }
+    el.name = c.name;
+    label.appendChild(el);
+    holder.appendChild(label);
+  }
+  if (auto !== null) {
+    for (const el of holder.querySelectorAll("select, input")) el.addEventListener("change", () => send(auto));
+  }
+}
+
+export async function start(box) {
+  if (box.dataset.liveState) return;
+  box.dataset.liveState = "starting";
+  const run = box.querySelector(".paged-kv-live-run");
+  run.disabled = true;
+  run.textContent = "Starting Python in your browser…";
+  const t0 = performance.now();
+  try {
+    const r = await call({ cmd: "create", name: box.dataset.panel, args: box.dataset.args || "{}" });
+    draw(box, r);
+    renderControls(box, r.reply.controls, r.reply.handle);
+    box.dataset.liveColdMs = String(Math.round(performance.now() - t0));
+    box.dataset.liveBootMs = String(Math.round(r.bootMs));
+    box.dataset.liveBoot = JSON.stringify(r.boot);
+    box.dataset.liveCreateMs = String(Math.round(r.ms));
+    run.textContent = "Live";
+    box.dataset.liveState = "ready";
+  } catch (err) {
+    delete box.dataset.liveState;
+    run.disabled = false;
+    run.textContent = "Run live (try again)";
+    const status = box.querySelector(".paged-kv-live-status");
+    status.style.display = "";
+    status.textContent = `Live mode could not start: ${err.message}`;
+  }
+}

@@ -1,0 +1,48 @@
+// The browser edition's Web Worker: Pyodide, the pinned wheels, and paged_kv.panels.worker.
+//
+// Everything comes from this site's _static/live/ folder (book/_ext/live_mode.py puts it there):
+// Pyodide's core files in pyodide/, the wheels listed in manifest.json in wheels/. A wheel is
+// unpacked straight into site-packages (no micropip, no package index, no CDN).
+// Messages in: {id, cmd: "create", name, args} | {id, cmd: "act", handle, action}; out:
+// {id, ok: true, result: <JSON text of paged_kv.panels.worker's reply>, ms} | {id, ok: false, error}.
+import { loadPyodide } from "./pyodide/pyodide.mjs";
+
+const here = new URL("./", import.meta.url);
+let ready = null;
+
+async function boot() {
+  const t0 = performance.now();
+  const manifest = await (await fetch(new URL("manifest.json", here))).json();
+  const [pyodide, wheels] = await Promise.all([
+    loadPyodide({ indexURL: new URL("pyodide/", here).href, packages: [] }),
+    Promise.all(manifest.wheels.map(async (w) => {
+      const r = await fetch(new URL("wheels/" + w.file, here));
+      if (!r.ok) throw new Error(`fetching ${w.file}: HTTP ${r.status}`);
+      return [w.file, await r.arrayBuffer()];
+    })),
+  ]);
+  const t1 = performance.now();
+  const site = pyodide.runPython("import site; site.getsitepackages()[0]");
+  for (const [file, buf] of wheels) pyodide.unpackArchive(buf, "wheel", { extractDir: site });
+  const t2 = performance.now();
+  const worker = pyodide.pyimport("paged_kv.panels.worker");
+  const t3 = performance.now();
+  // where a cold start goes: Pyodide loaded and the wheels fetched, unpacked, the package imported
+  const boot = { load: t1 - t0, unpack: t2 - t1, import: t3 - t2 };
+  return { pyodide, worker, bootMs: t3 - t0, boot };
+}
+
+self.onmessage = async (e) => {
+  const m = e.data;
+  try {
+    ready = ready || boot();
+    const { worker, bootMs, boot } = await ready;
+    const t0 = performance.now();
+    const result = m.cmd === "create" ? worker.create(m.name, m.args || "{}")
+      : m.cmd === "act" ? worker.act(m.handle, m.action)
+      : (() => { throw new Error(`unknown command ${m.cmd}`); })();
+    self.postMessage({ id: m.id, ok: true, result, ms: performance.now() - t0, bootMs, boot });
+  } catch (err) {
+    self.postMessage({ id: m.id, ok: false, error: String(err && err.message || err) });
+  }
+};

@@ -1,0 +1,78 @@
+"""The Python side of the browser edition's Web Worker: two calls, JSON in and JSON out.
+
+The page's worker (``book/_ext/live/worker.mjs``) loads Pyodide, installs the pure wheel, and
+calls :func:`create` when a reader clicks "Run live", then :func:`act` for every action.  Both
+answer the JSON text of ``{"handle", "figure", "figure_sha256", "status", "note", "controls"}``:
+``figure`` is the plotly figure as :func:`~paged_kv.panels.base.figure_json` writes it (parsed, so
+the page hands it to ``Plotly.react``), ``figure_sha256`` the sha256 of that text (what the parity
+and browser tests compare with CPython's), ``note`` a refusal's message (else ``""``).
+
+The panels live in this module's table of handles for as long as the page is open.  Importing
+this module sets plotly's defaults as the book does (:func:`paged_kv.viz.setup_plotly`: the
+``plotly_white`` template), so a live figure looks like the static one it replaces and its JSON
+is the one CPython gives under the book's settings.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+from typing import Any
+
+from ..errors import ConfigError
+from ..viz import setup_plotly
+from .base import Step, figure_json, step
+from .registry import create as create_panel
+
+__all__ = ["act", "create", "forget", "reply"]
+
+setup_plotly()
+_panels: dict[int, list] = {}          # handle -> [model, state]
+_handles = itertools.count(1)
+
+
+def reply(handle: int, model, result: Step) -> str:
+    """The JSON text a worker call answers for ``result``, a :class:`~paged_kv.panels.base.Step`."""
+    text = figure_json(result.figure)
+    return json.dumps({"handle": handle, "panel": model.name, "figure": json.loads(text),
+                       "figure_sha256": hashlib.sha256(text.encode()).hexdigest(),
+                       "status": result.status, "note": result.note, "controls": model.controls()},
+                      ensure_ascii=False)
+
+
+def create(name: str, args_json: str = "{}") -> str:
+    """Build panel ``name`` with the page's ``live_args`` (JSON text) and answer its first figure.
+
+    Raises:
+        ConfigError: unknown panel or bad arguments; ImportError: its module does not import.
+    """
+    model = create_panel(name, args_json)
+    handle = next(_handles)
+    result = step(model, model.initial(), None)
+    _panels[handle] = [model, result.state]
+    return reply(handle, model, result)
+
+
+def act(handle: int, action_json: str) -> str:
+    """Apply one action (JSON text of ``{"op": ..., ...}``) to panel ``handle``; a refusal is the
+    reply's ``note`` and leaves the panel as it was.
+
+    Raises:
+        ConfigError: unknown handle, or the action is not a JSON object with a string ``"op"``.
+    """
+    if handle not in _panels:
+        raise ConfigError(f"no live panel with handle {handle!r}")
+    try:
+        action: Any = json.loads(action_json)
+    except ValueError as e:
+        raise ConfigError(f"an action must be JSON, got {action_json!r:.80} ({e})") from e
+    model, state = _panels[handle]
+    result = step(model, state, action)
+    _panels[handle][1] = result.state
+    return reply(handle, model, result)
+
+
+def forget(handle: int) -> None:
+    """Drop panel ``handle`` (a page that rebuilt its panel)."""
+    _panels.pop(handle, None)

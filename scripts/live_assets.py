@@ -1,0 +1,131 @@
+"""Fetch the browser edition's runtime into ``.live_assets/`` (git-ignored), every hash checked.
+
+What is fetched is pinned in ``book/_ext/live/lock.json``:
+
+* Pyodide's core files (``pyodide.mjs``, ``pyodide.asm.js``, ``pyodide.asm.wasm``,
+  ``python_stdlib.zip``, ``pyodide-lock.json``) from the npm registry's ``pyodide`` package,
+  by ``npm pack pyodide@VERSION`` (the tarball's sha512 checked against the lock's npm
+  integrity, then each file's sha256); nothing else of the package is kept;
+* the pure-Python wheels the panels import (plotly and its dependencies, lazy_loader) from PyPI, by
+  ``pip download --no-deps`` with a hash-pinned requirements file (pip checks the sha256; so does
+  this script).
+
+Without npm, or when a fetch fails, it says so and exits 0 without leaving a partial folder: the
+book then builds without live mode (its pages say "Live mode is not in this build").  A second run
+with everything in place does nothing.  ``make assets`` (and so ``make book``) runs it unless
+``LIVE=0``.
+
+Usage: ``python scripts/live_assets.py [DEST]`` (default ``.live_assets/``).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+LOCK = ROOT / "book" / "_ext" / "live" / "lock.json"
+DEST = ROOT / ".live_assets"
+
+
+def lock() -> dict:
+    """The pins of ``book/_ext/live/lock.json``."""
+    return json.loads(LOCK.read_text())
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def expected(dest: Path = DEST, pins: dict | None = None) -> dict[Path, str]:
+    """Every file the runtime needs under ``dest`` -> its sha256: ``pyodide/<file>`` and ``wheels/<file>``."""
+    pins = pins or lock()
+    out = {dest / "pyodide" / name: digest for name, digest in pins["pyodide"]["files"].items()}
+    out.update({dest / "wheels" / w["file"]: w["sha256"] for w in pins["wheels"]})
+    return out
+
+
+def missing(dest: Path = DEST, check_hashes: bool = False) -> list[str]:
+    """The runtime files absent under ``dest`` (with ``check_hashes``, also those whose sha256 is
+    not the lock's), as paths relative to ``dest``; ``[]`` when the runtime is complete."""
+    return [str(p.relative_to(dest)) for p, digest in expected(dest).items()
+            if not p.is_file() or (check_hashes and sha256(p) != digest)]
+
+
+def _fetch_pyodide(pins: dict, out: Path, tmp: Path) -> None:
+    npm = shutil.which("npm")
+    if npm is None:
+        raise RuntimeError("npm not found")
+    spec = f"{pins['package']}@{pins['version']}"
+    proc = subprocess.run([npm, "pack", "-q", spec], cwd=tmp, capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0:
+        raise RuntimeError(f"npm pack {spec} failed: {proc.stderr[-800:]}")
+    tgz = tmp / proc.stdout.strip().splitlines()[-1]
+    algo, _, want = pins["integrity"].partition("-")
+    got = base64.b64encode(hashlib.new(algo, tgz.read_bytes()).digest()).decode()
+    if got != want:
+        raise RuntimeError(f"{tgz.name}: {algo} {got} is not the lock's {want}")
+    out.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(tgz) as tar:
+        for name, digest in pins["files"].items():
+            member = tar.extractfile(f"package/{name}")
+            if member is None:
+                raise RuntimeError(f"{spec} has no {name}")
+            data = member.read()
+            if hashlib.sha256(data).hexdigest() != digest:
+                raise RuntimeError(f"{spec}'s {name}: sha256 is not the lock's {digest}")
+            (out / name).write_bytes(data)
+
+
+def _fetch_wheels(wheels: list, out: Path, tmp: Path) -> None:
+    req = tmp / "requirements.txt"
+    req.write_text("".join(f"{w['name']}=={w['version']} --hash=sha256:{w['sha256']}\n" for w in wheels))
+    proc = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
+                           "--require-hashes", "-r", str(req), "-d", str(tmp / "wheels")],
+                          capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0:
+        raise RuntimeError(f"pip download failed: {proc.stderr[-800:]}")
+    out.mkdir(parents=True, exist_ok=True)
+    for w in wheels:
+        got = tmp / "wheels" / w["file"]
+        if not got.is_file() or sha256(got) != w["sha256"]:
+            raise RuntimeError(f"{w['file']}: missing or its sha256 is not the lock's")
+        shutil.copy2(got, out / w["file"])
+
+
+def fetch(dest: Path = DEST) -> bool:
+    """Fetch whatever is missing or wrong under ``dest``; True when the runtime is complete.
+    A failure is printed, the partial files removed, and False returned (never raised)."""
+    dest = Path(dest)
+    if not missing(dest, check_hashes=True):
+        return True
+    pins = lock()
+    with tempfile.TemporaryDirectory() as t:
+        tmp, stage = Path(t), Path(t) / "stage"
+        try:
+            _fetch_pyodide(pins["pyodide"], stage / "pyodide", tmp)
+            _fetch_wheels(pins["wheels"], stage / "wheels", tmp)
+        except (RuntimeError, OSError, subprocess.TimeoutExpired) as e:
+            print(f"live_assets: {e}; the book builds without live mode")
+            return False
+        shutil.rmtree(dest, ignore_errors=True)
+        shutil.copytree(stage, dest)
+    left = missing(dest, check_hashes=True)
+    if left:
+        print(f"live_assets: still missing {left}; the book builds without live mode")
+        return False
+    total = sum(p.stat().st_size for p in expected(dest))
+    print(f"live_assets: Pyodide {pins['pyodide']['version']} and {len(pins['wheels'])} wheels in {dest} "
+          f"({total / 1e6:.1f} MB)")
+    return True
+
+
+if __name__ == "__main__":
+    fetch(Path(sys.argv[1]) if len(sys.argv) > 1 else DEST)

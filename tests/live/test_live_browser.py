@@ -1,0 +1,190 @@
+"""Live mode in headless Chromium (Debian's package) with the network cut off: chapter 3's
+calculator runs in Pyodide after "Run live", an action redraws the page's figure in place with
+what CPython draws for the same action, and a build without live mode says so.
+
+Only what the test needs is built: chapter 3 alone (``jupyter-book build book/03_kv_memory.md``),
+and for the no-live build a one-cell page, each into a temporary folder.  Every request to a host
+other than 127.0.0.1 is blocked and recorded.  Screenshots go to tests/_artifacts/.
+"""
+
+import functools
+import http.server
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pytest
+
+from live_helpers import ROOT, cpython_hashes, live_assets, pure_wheel  # noqa: F401 (fixtures)
+
+from paged_kv.panels import registry, step
+
+pytestmark = pytest.mark.browser
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+ARTIFACTS = ROOT / "tests" / "_artifacts"
+JB = Path(sys.executable).parent / "jupyter-book"
+
+if CHROMIUM is None:
+    pytest.skip("browser test skipped: Debian's Chromium is not installed (apt-get install chromium; "
+                ".ci/run installs it)", allow_module_level=True)
+playwright = pytest.importorskip("playwright.sync_api", reason="browser test skipped: playwright is not installed")
+
+LIVE_OFF_PAGE = """---
+jupytext:
+  text_representation: {extension: .md, format_name: myst}
+kernelspec: {display_name: Python 3, language: python, name: python3}
+---
+# Live off
+
+```{code-cell} ipython3
+from paged_kv.viz import setup_plotly
+from paged_kv.widgets import calculator_panel, show_live
+setup_plotly()
+_ = show_live(calculator_panel, "The calculator", live="calculator")
+```
+"""
+
+
+def build_page(source: Path, out: Path, live: bool, wheel: Path | None = None) -> Path:
+    """Build one page with the book's configuration (its extensions included) into ``out``;
+    returns the folder of its HTML.  Not with -W: a page alone cannot resolve the book's other
+    pages' cross-references."""
+    env = {**os.environ, "PAGED_KV_BOOK": "1", "PAGED_KV_LIVE": "1" if live else "0",
+           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    if wheel is not None:
+        env["PAGED_KV_PURE_WHEEL"] = str(wheel)
+    proc = subprocess.run([str(JB), "build", str(source), "--config", str(ROOT / "_config.yml"),
+                           "--path-output", str(out), "-n", "--keep-going"],
+                          env=env, capture_output=True, text=True, timeout=900, cwd=ROOT)
+    html = out / "_build" / "_page" / source.stem / "html"
+    assert proc.returncode == 0 and (html / f"{source.stem}.html").is_file(), \
+        f"building {source.name} failed:\n{proc.stdout[-4000:]}{proc.stderr[-4000:]}"
+    return html
+
+
+def serve(folder: Path):
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        extensions_map = {**http.server.SimpleHTTPRequestHandler.extensions_map,
+                          ".mjs": "text/javascript", ".wasm": "application/wasm"}
+
+        def log_message(self, *args):
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(folder)))
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    return httpd, f"http://127.0.0.1:{httpd.server_address[1]}"
+
+
+@pytest.fixture(scope="module")
+def ch3_site(tmp_path_factory, live_assets, pure_wheel):
+    html = build_page(ROOT / "book" / "03_kv_memory.md", tmp_path_factory.mktemp("ch3"), live=True, wheel=pure_wheel)
+    httpd, url = serve(html)
+    yield url
+    httpd.shutdown()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with playwright.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=[
+            "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+            "--disable-background-networking", "--disable-component-update", "--disable-sync"])
+        yield b
+        b.close()
+
+
+def open_page(browser, url, width=1280):
+    """A page that blocks other hosts and records JavaScript errors, blocked requests, and every
+    request to this site (``page.fetched``: paths)."""
+    page = browser.new_page(viewport={"width": width, "height": 900})
+    page.errors, page.blocked, page.fetched = [], [], []
+    page.on("pageerror", lambda e: page.errors.append(str(e)))
+    page.on("request", lambda r: page.fetched.append(urlparse(r.url).path))
+
+    def route(r):
+        if urlparse(r.request.url).hostname in ("127.0.0.1", None):
+            return r.continue_()
+        page.blocked.append(r.request.url)
+        return r.abort()
+
+    page.context.route("**/*", route)   # the context's route also sees the Web Worker's requests
+    page.goto(url, wait_until="load")
+    return page
+
+
+def figure_x(page, fig_id):
+    return page.evaluate(f"document.getElementById('{fig_id}').data.map(t => [t.name, t.x])")
+
+
+@pytest.mark.parametrize("width", [1280, 400])
+def test_run_live_redraws_the_calculator_with_cpythons_figure(ch3_site, browser, width):
+    page = open_page(browser, f"{ch3_site}/03_kv_memory.html", width)
+    box = page.locator(".paged-kv-live[data-panel=calculator]")
+    assert box.count() == 1
+    fig_id = box.get_attribute("data-figure")
+    page.wait_for_selector(f"#{fig_id} .main-svg", timeout=30_000)
+    live_files = [p for p in page.fetched if "/_static/live/" in p]
+    assert live_files == ["/_static/live/click.js"], f"fetched before the click: {live_files}"
+    static_x = figure_x(page, fig_id)
+
+    box.locator("button.paged-kv-live-run").click()
+    page.wait_for_function("document.querySelector('.paged-kv-live').dataset.liveState === 'ready'"
+                           " || !!document.querySelector('.paged-kv-live-status').textContent.match(/could not/)",
+                           timeout=120_000)
+    assert box.get_attribute("data-live-state") == "ready", box.locator(".paged-kv-live-status").inner_text()
+    first = cpython_hashes("calculator", [])
+    assert box.get_attribute("data-live-sha") == first[0]
+    assert figure_x(page, fig_id) == static_x           # the live panel starts where the page did
+
+    # an action, as a reader makes it: pick another model; the page sends every input's value
+    box.locator("select[name=model]").select_option(label="Llama-3-70B")
+    page.wait_for_function("document.querySelector('.paged-kv-live').dataset.liveSteps === '1'", timeout=30_000)
+    action = {"op": "set", "model": "Llama-3-70B", "gpu": "H100-80GB", "tp": 1, "pp": 1, "seq_len": 8192,
+              "batch_size": 16, "kv_dtype": "fp16", "block_size": 16}
+    expected = cpython_hashes("calculator", [action])
+    assert box.get_attribute("data-live-sha") == expected[1] != expected[0]
+    after = figure_x(page, fig_id)
+    assert after != static_x
+    model = registry.create("calculator")
+    fig = step(model, model.initial(), action).figure
+    assert after == [[t.name, list(t.x)] for t in fig.data]
+    assert "max batch at this context" in box.locator(".paged-kv-live-status").inner_text()
+
+    # a refused action (a context of 0 tokens): the model's message shows, the figure stays
+    box.locator("input[name=seq_len]").fill("0")
+    box.locator("input[name=seq_len]").dispatch_event("change")
+    page.wait_for_function("document.querySelector('.paged-kv-live').dataset.liveSteps === '2'", timeout=30_000)
+    assert "refused" in box.locator(".paged-kv-live-status").inner_text()
+    assert "seq_len" in box.get_attribute("data-live-note")
+    assert box.get_attribute("data-live-sha") == expected[1] and figure_x(page, fig_id) == after
+
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.locator(f"#{fig_id}").scroll_into_view_if_needed()
+    page.screenshot(path=str(ARTIFACTS / f"live_calculator_{width}.png"))
+    assert page.blocked == [], f"requests to other hosts: {page.blocked}"
+    assert page.errors == [], f"JavaScript errors: {page.errors}"
+    page.close()
+
+
+def test_a_build_without_live_mode_says_so(tmp_path, browser):
+    src = tmp_path / "src" / "live_off.md"
+    src.parent.mkdir()
+    src.write_text(LIVE_OFF_PAGE)
+    html = build_page(src, tmp_path / "out", live=False)
+    assert not (html / "_static" / "live").exists()
+    httpd, url = serve(html)
+    try:
+        page = open_page(browser, f"{url}/live_off.html")
+        box = page.locator(".paged-kv-live[data-panel=calculator]")
+        assert "Live mode is not in this build" in box.inner_text()
+        assert page.locator("button.paged-kv-live-run").count() == 0
+        assert not [p for p in page.fetched if "/_static/live/" in p]
+        assert page.errors == [] and page.blocked == []
+        page.close()
+    finally:
+        httpd.shutdown()
