@@ -60,8 +60,8 @@ RECORDED_NOTE = ("tokens: the tiny model's greedy continuations, recorded when t
 class PoolState:
     """A block panel's state: the serving loop, the figure's ``view`` (one of :data:`VIEWS`), what
     the last action said (``message``, e.g. who a decode step preempted) and, in the browser, the
-    token source ``live`` draws from (``source``, a :class:`RecordedTokens`; part of the state, since
-    a token source may remember each sequence's prompt)."""
+    token source ``live`` draws from (``source``, a :class:`RecordedTokens`: part of the state and
+    copied with it, so that one that kept state could never leak it from one state to another)."""
 
     live: LiveRequests
     view: str = "pool"
@@ -93,7 +93,8 @@ class BlockPoolPanel(PanelModel):
             :func:`~paged_kv.panels.continuations.load_recordings`.
 
     Raises:
-        ConfigError: a bad pool size, an unknown ``view``, or ``sampling`` without a model.
+        ConfigError: a bad pool size, ``length`` or ``prompt``, ``sharing`` not a bool, an unknown
+            ``view``, or ``sampling`` without a model.
     """
 
     name = "block_pool"
@@ -118,7 +119,9 @@ class BlockPoolPanel(PanelModel):
                  recordings: Mapping[str, str] | None = None) -> None:
         self.num_blocks = count("num_blocks", num_blocks, minimum=1)
         self.block_size = count("block_size", block_size, minimum=1)
-        self.sharing = self.sharing_default if sharing is None else bool(sharing)
+        if sharing is not None and not isinstance(sharing, bool):
+            raise ConfigError(f"sharing must be true or false, got {sharing!r:.40}")
+        self.sharing = self.sharing_default if sharing is None else sharing
         self.view = _view(view)
         if not isinstance(prompt, str):
             raise ConfigError(f"prompt must be text, got {prompt!r:.60}")

@@ -173,7 +173,7 @@ def test_the_constructor_takes_json_args():
     model = BlockPoolPanel(**args)
     assert model.sharing and "fork" in model.ops() and model.title == "10 blocks × 2 slots"
     assert model.initial().live.manager.num_blocks == 10 and model.initial().view == "logical"
-    for bad in ({"num_blocks": 0}, {"block_size": 1.5}, {"length": 0}, {"prompt": 3}):
+    for bad in ({"num_blocks": 0}, {"block_size": 1.5}, {"length": 0}, {"prompt": 3}, {"sharing": "no"}):
         with pytest.raises(ConfigError):
             BlockPoolPanel(**bad)
     with pytest.raises(ConfigError, match="sampling needs a model"):
