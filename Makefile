@@ -25,7 +25,7 @@ help:
 	@echo "make colab-check  every chapter live with Colab's packages, panels clicked in Chromium (slow, not in make test)"
 	@echo "make assignments  build the graded assignments' nbgrader sources and their release (assignments/)"
 	@echo "make bench  python -m kernels.bench"
-	@echo "make pure-wheel  dist/paged_kv_pure-*.whl: the torch- and numpy-free layers (blocks, scheduling, memory, leaves), no weights"
+	@echo "make pure-wheel  dist/paged_kv_pure-*.whl: the torch- and numpy-free modules (leaves, blocks, scheduling, memory, engine loop, figures, panels), no weights"
 	@echo "make train  retrain the bundled tiny model (needs ../shared/data/tinyshakespeare.txt)"
 
 $(STAMP): pyproject.toml

@@ -328,13 +328,14 @@ def exercise():
         r["bool"] = "ConfigError"
     r["count"] = count("n", 3)
     # the engine loop on a timing model, its tokens from recorded continuations (the browser's ch7)
-    from paged_kv.engine import EngineConfig, LLMEngine, LiveRequests, RecordedTokens, TimingRunner
+    from paged_kv.engine import EngineConfig, LLMEngine, LiveRequests, RecordedTokens, SwapTime, TimingRunner
     from paged_kv.engine.metrics import percentile, summarize
+    from paged_kv.memory import IterationTime
     from paged_kv.model import ByteTokenizer
     from paged_kv.sampling_params import SamplingParams
     tok = ByteTokenizer()
     source = RecordedTokens({"The cat": " sat on the mat."}, tok)
-    runner = TimingRunner(lambda kv, prefill: 0.001 * kv + 0.01, block_size=4, next_token=source)
+    runner = TimingRunner(IterationTime(0.01, 0.001, 0.0005), SwapTime(1024, 2), block_size=4, next_token=source)
     e = LLMEngine(None, EngineConfig(num_gpu_blocks=8, block_size=4, watermark=0.0), tok, runner=runner)
     for prompt, n in (("The cat", 16), ("hello", 7)):
         e.add_request(prompt, SamplingParams(max_tokens=n))

@@ -15,7 +15,10 @@ exercises and later the scheduler can drive the bookkeeping alone, fast.
   copy-on-write, free);
 * :mod:`~paged_kv.blocks.history`: :class:`BlockHistory`, plain-data snapshots for figures,
   :func:`paper_trace` (the paper's Figures 6-7), :func:`paper_sampling_trace` (Figure 8),
-  :func:`paper_beam_trace` (Figure 9).
+  :func:`paper_beam_trace` (Figure 9);
+* :mod:`~paged_kv.blocks.rows`: :class:`~paged_kv.blocks.rows.BatchRow` and
+  :func:`~paged_kv.blocks.rows.read_rows`, a forward pass's rows read from a manager (the tensors
+  are :mod:`paged_kv.storage.batch`'s).
 """
 
 from .allocator import BlockAllocator

@@ -4,7 +4,8 @@
 * :mod:`~paged_kv.engine.llm_engine`: :class:`LLMEngine` (add_request / step / generate), chapter 7;
   :mod:`~paged_kv.engine.config`: its :class:`EngineConfig`.
 * :mod:`~paged_kv.engine.runner`: :class:`ModelRunner` (the tiny model over a paged cache);
-  :mod:`~paged_kv.engine.timing_runner`: :class:`TimingRunner` (a timing model of a large one); each
+  :mod:`~paged_kv.engine.timing_runner`: :class:`TimingRunner` (a timing model of a large one, its
+  swaps timed by :class:`SwapTime`); each
   returns a :class:`ModelRunnerOutput` (:mod:`~paged_kv.engine.runner_output`).
 * :mod:`~paged_kv.engine.token_source`: where a token comes from without the model
   (:class:`RecordedTokens`, recorded greedy continuations, and a labelled stand-in).
@@ -34,9 +35,8 @@ __getattr__, __dir__, __all__ = _lazy.attach(__name__, submod_attrs={
     "outputs": ["RequestOutput"],
     "runner": ["ModelRunner"],
     "runner_output": ["ModelRunnerOutput"],
-    "serving": ["ServeResult", "SwapTime", "engine_config_for", "rate_sweep", "serve_static", "serve_sweep",
-                "serve_trace"],
+    "serving": ["ServeResult", "engine_config_for", "rate_sweep", "serve_static", "serve_sweep", "serve_trace"],
     "step_record": ["StepRecord"],
-    "timing_runner": ["TimingRunner"],
+    "timing_runner": ["SwapTime", "TimingRunner"],
     "token_source": ["RecordedTokens", "TokenSource"],
 })

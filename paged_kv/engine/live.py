@@ -79,7 +79,7 @@ class LiveRequests:
         self.cache = None
         if model is not None:
             self.cache = storage.PagedKVCache(model.cfg, num_blocks=num_blocks, block_size=block_size,
-                                      dtype=model.dtype, device=model.device)
+                                              dtype=model.dtype, device=model.device)
         self.pending: dict[int, int] = {}     # per running request: sampled, not yet cached token
         self.tokens: dict[int, list[int]] = {}
         self.waiting: deque[int] = deque()    # preempted requests, oldest first, to be recomputed
@@ -243,7 +243,9 @@ class LiveRequests:
     def _pick(self, seq: int, logits) -> int:
         """Sequence ``seq``'s next token from ``logits [V]``; without a model ``next_token``'s (0 without one)."""
         if logits is None:
-            return 0 if self.next_token is None else self.next_token(seq, tuple(self.tokens[seq]))
+            if self.next_token is None:
+                return 0
+            return count(f"next_token's token for request {seq}", self.next_token(seq, tuple(self.tokens[seq])), 0)
         if self.sampling.greedy:
             return int(logits.argmax())
         gen = self._gens.setdefault(seq, sampling.sample_generator(self.sampling.seed, seq))

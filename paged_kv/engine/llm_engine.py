@@ -72,6 +72,10 @@ class LLMEngine:
         self.config = config or EngineConfig(num_gpu_blocks=64)
         if not isinstance(self.config, EngineConfig):
             raise ConfigError(f"config must be an EngineConfig, got {self.config!r}")
+        if runner is not None and (model is not None or iteration_time is not None or swap_time is not None):
+            given = [n for n, v in (("model", model), ("iteration_time", iteration_time), ("swap_time", swap_time))
+                     if v is not None]
+            raise ConfigError(f"give LLMEngine a ready runner or what builds one, not both: runner and {given}")
         self.model, self.tokenizer = model, tokenizer
         self._real_tokens = model is not None or runner is not None   # a timing model's tokens are 0s
         if model is not None and not (hasattr(model, "cfg") and hasattr(model, "dtype") and callable(model)):
@@ -81,10 +85,6 @@ class LLMEngine:
         is_tokenizer = callable(getattr(tokenizer, "encode", None)) and callable(getattr(tokenizer, "decode", None))
         if tokenizer is not None and (isinstance(tokenizer, str) or not is_tokenizer):
             raise ConfigError(f"tokenizer must have encode() and decode() (e.g. from load_tiny_model()), got {tokenizer!r:.60}")
-        if runner is not None and (model is not None or iteration_time is not None or swap_time is not None):
-            given = [n for n, v in (("model", model), ("iteration_time", iteration_time), ("swap_time", swap_time))
-                     if v is not None]
-            raise ConfigError(f"give LLMEngine a ready runner or what builds one, not both: runner and {given}")
         if model is not None:
             block_size = count("block_size (tokens)", self.config.block_size, 1)
             per_block = block_size * kv_bytes_per_token(model.cfg, storage.KV_DTYPE_NAMES[model.dtype])

@@ -31,12 +31,11 @@ from ..validate import count, real
 from .config import EngineConfig
 from .llm_engine import LLMEngine
 from .metrics import SLO, EngineStats, inter_token_latencies, request_goodput, slo_attainment
+from .timing_runner import SwapTime
 
 __all__ = ["PAPER_SHARED_PREFIX", "ServeResult", "SharedPrefixWorkload", "SwapTime", "engine_config_for",
            "rate_sweep", "serve_static", "serve_sweep", "serve_trace", "shared_prefix_workload"]
 
-PCIE4_X16_BYTES_PER_S = 25e9     # an assumption: PCIe 4.0 x16 is 32 GB/s per direction, ~25 GB/s achieved
-COPY_CALL_S = 10e-6              # an assumption: fixed cost of one small cudaMemcpyAsync (launch + DMA set-up)
 
 # The vLLM paper's shared-prefix result (Kwon et al., SOSP 2023, §6.4, Fig. 16): LLaMA-13B serving
 # WMT16 English-to-German translation whose prompts share a few-shot prefix; vLLM's throughput
@@ -47,39 +46,6 @@ PAPER_SHARED_PREFIX = {
     "one-shot": {"prefix_tokens": 80, "speedup": 1.67},
     "five-shot": {"prefix_tokens": 341, "speedup": 3.58},
 }
-
-
-@dataclass(frozen=True)
-class SwapTime:
-    """Seconds to move ``num_blocks`` blocks one way between GPU and CPU memory.
-
-    ``copies * per_copy_s + bytes / bytes_per_s``, where ``bytes = num_blocks * block_size *
-    kv_bytes_per_token``.  ``per_block_copies=True`` models vLLM v0's ``swap_blocks``, one
-    ``cudaMemcpyAsync`` per block, per layer, for K and for V (``copies = 2 * L * num_blocks``): with
-    small blocks the fixed cost per copy dominates, which is why the paper (§7.3, Fig. 19) finds
-    swapping slow at small block sizes.  ``False`` models this book's
-    :func:`kernels.cache_ops.swap_blocks`, which gathers the blocks and copies once per layer and
-    tensor (``copies = 2 * L``).
-
-    The two hardware figures are assumptions, not measurements: ``bytes_per_s`` (default 25 GB/s, a
-    PCIe 4.0 x16 link, 32 GB/s per direction in theory) and ``per_copy_s`` (default 10 us).
-    """
-
-    kv_bytes_per_token: int
-    num_layers: int
-    bytes_per_s: float = PCIE4_X16_BYTES_PER_S
-    per_copy_s: float = COPY_CALL_S
-    per_block_copies: bool = True
-
-    def __post_init__(self) -> None:
-        count("kv_bytes_per_token", self.kv_bytes_per_token)
-        count("num_layers", self.num_layers)
-        for label in ("bytes_per_s", "per_copy_s"):
-            real(label, getattr(self, label), 0.0, low_open=label == "bytes_per_s")
-
-    def __call__(self, num_blocks: int, block_size: int) -> float:
-        copies = 2 * self.num_layers * (num_blocks if self.per_block_copies else 1)
-        return copies * self.per_copy_s + num_blocks * block_size * self.kv_bytes_per_token / self.bytes_per_s
 
 
 @dataclass

@@ -3,17 +3,58 @@
 :class:`TimingRunner` takes a :class:`~paged_kv.scheduling.SchedulerOutput` and returns a
 :class:`~paged_kv.engine.runner_output.ModelRunnerOutput`, as the tiny model's
 :class:`~paged_kv.engine.runner.ModelRunner` does, so the same :class:`~paged_kv.engine.LLMEngine`
-loop serves a 13B model on a modelled GPU (the paper's Figure 12).  It needs neither torch nor
-numpy: the browser build's serving panel runs it.
+loop serves a 13B model on a modelled GPU (the paper's Figure 12).  Its clocks:
+:class:`~paged_kv.memory.decode_cost.IterationTime` for a step, :class:`SwapTime` for a swap
+(here, re-exported by :mod:`paged_kv.engine.serving`).  It needs neither torch nor numpy: the
+browser build's serving panel runs it.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ..errors import ConfigError, PagedKVError
 from ..scheduling import SchedulerOutput
+from ..validate import count, real
 from .runner_output import ModelRunnerOutput
 
-__all__ = ["TimingRunner"]
+__all__ = ["COPY_CALL_S", "PCIE4_X16_BYTES_PER_S", "SwapTime", "TimingRunner"]
+
+PCIE4_X16_BYTES_PER_S = 25e9     # an assumption: PCIe 4.0 x16 is 32 GB/s per direction, ~25 GB/s achieved
+COPY_CALL_S = 10e-6              # an assumption: fixed cost of one small cudaMemcpyAsync (launch + DMA set-up)
+
+
+@dataclass(frozen=True)
+class SwapTime:
+    """Seconds to move ``num_blocks`` blocks one way between GPU and CPU memory.
+
+    ``copies * per_copy_s + bytes / bytes_per_s``, where ``bytes = num_blocks * block_size *
+    kv_bytes_per_token``.  ``per_block_copies=True`` models vLLM v0's ``swap_blocks``, one
+    ``cudaMemcpyAsync`` per block, per layer, for K and for V (``copies = 2 * L * num_blocks``): with
+    small blocks the fixed cost per copy dominates, which is why the paper (§7.3, Fig. 19) finds
+    swapping slow at small block sizes.  ``False`` models this book's
+    :func:`kernels.cache_ops.swap_blocks`, which gathers the blocks and copies once per layer and
+    tensor (``copies = 2 * L``).
+
+    The two hardware figures are assumptions, not measurements: ``bytes_per_s`` (default 25 GB/s, a
+    PCIe 4.0 x16 link, 32 GB/s per direction in theory) and ``per_copy_s`` (default 10 us).
+    """
+
+    kv_bytes_per_token: int
+    num_layers: int
+    bytes_per_s: float = PCIE4_X16_BYTES_PER_S
+    per_copy_s: float = COPY_CALL_S
+    per_block_copies: bool = True
+
+    def __post_init__(self) -> None:
+        count("kv_bytes_per_token", self.kv_bytes_per_token)
+        count("num_layers", self.num_layers)
+        for label in ("bytes_per_s", "per_copy_s"):
+            real(label, getattr(self, label), 0.0, low_open=label == "bytes_per_s")
+
+    def __call__(self, num_blocks: int, block_size: int) -> float:
+        copies = 2 * self.num_layers * (num_blocks if self.per_block_copies else 1)
+        return copies * self.per_copy_s + num_blocks * block_size * self.kv_bytes_per_token / self.bytes_per_s
 
 
 class TimingRunner:
@@ -33,9 +74,9 @@ class TimingRunner:
         block_size: tokens per block (what ``swap_time`` is told).
         next_token: a token source (:data:`~paged_kv.engine.token_source.TokenSource`), called as
             ``next_token(seq_id, tokens)`` with the sequence's prompt and generated ids so far (a
-            tuple) for each token sampled; ``None``: every token is 0.  A fresh ``n``-sample leader
-            asks it once and gives its ``n`` samples that token (greedy: the samples agree until
-            they are told apart).
+            tuple) for each token sampled, whatever the request's sampling parameters (a token
+            source is greedy); ``None``: every token is 0.  A fresh ``n``-sample leader asks it
+            once and gives its ``n`` samples that token.
 
     The tokens so far, without reading the scheduler: the runner keeps, per sequence, the tokens
     it was given at each position: a request's prompt when it is admitted

@@ -81,7 +81,7 @@ class RecordedTokens:
     def __init__(self, recordings: Mapping[str, str], tokenizer) -> None:
         if not isinstance(recordings, Mapping):
             raise ConfigError(f"recordings must map prompt text to continuation text, got {recordings!r:.60}")
-        if not callable(getattr(tokenizer, "encode", None)):
+        if isinstance(tokenizer, (str, bytes)) or not callable(getattr(tokenizer, "encode", None)):
             raise ConfigError(f"tokenizer must have encode() (e.g. ByteTokenizer()), got {tokenizer!r:.60}")
         self.recordings = dict(recordings)
         self.tokenizer = tokenizer

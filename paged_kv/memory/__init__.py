@@ -19,7 +19,7 @@ Pure Python (no torch), so the static calculator can run where torch does not.  
 Byte units (``GiB`` vs ``GB``, :func:`format_bytes`) live in the leaf :mod:`paged_kv.units`.
 """
 
-from .decode_cost import (DecodeCeiling, StepTime, arithmetic_intensity, generation_time, max_decode_throughput, ridge_point,
+from .decode_cost import (DecodeCeiling, IterationTime, StepTime, arithmetic_intensity, generation_time, max_decode_throughput, ridge_point,
                           roofline_tokens_per_s, step_bytes, step_flops, step_time, weights_read_per_step)
 from .kv_dtype import KV_DTYPES, KVDType, get_kv_dtype
 from .ledger import (as_spec, attention_variant, budget_range_for_slots, layers_per_stage, kv_bytes_per_token, kv_bytes_per_token_per_layer, kv_cache_bytes,
@@ -37,7 +37,7 @@ __all__ = [
     "kv_bytes_per_token_per_layer", "kv_cache_bytes", "kv_heads_per_gpu", "kv_slots", "max_batch_size",
     "max_tokens", "model_preset", "plan_memory", "tiny_spec", "tokens_to_reach", "weights_bytes",
     "weights_dtype_name", "arithmetic_intensity", "ridge_point", "roofline_tokens_per_s", "step_bytes",
-    "step_flops", "weights_read_per_step", "DecodeCeiling", "StepTime", "generation_time",
+    "step_flops", "weights_read_per_step", "DecodeCeiling", "IterationTime", "StepTime", "generation_time",
     "max_decode_throughput", "step_time", "window_blocks", "window_max_blocks", "window_peak_blocks",
     "STARTUP_LOGS", "StartupLog", "LogCheck", "LogExplanation", "VLLMPool", "explain_vllm_log", "parse_vllm_log",
     "vllm_pool",

@@ -22,7 +22,9 @@ time (FLOPs / peak and bytes / bandwidth), for a cached decode step or a recompu
 1's: the whole sequence fed again, the weights read once, no cache).
 :func:`max_decode_throughput`: the roofline at the largest batch whose KV cache fits
 (:func:`~paged_kv.memory.plan.max_batch_size`), the *memory wall*: a larger batch would raise the
-bound, but it does not fit (chapter 2).
+bound, but it does not fit (chapter 2).  :class:`IterationTime`: a serving step's time as a
+line in the tokens it reads and prefills, from the same roofline (the simulator's and the timing
+engine's clock, chapter 7; here, below both, so the browser build has it without numpy).
 
 Units: bytes (int), FLOPs (int), seconds, tokens per second.  Legend: B batch, t cached tokens per
 sequence, L layers, H query heads, Hkv kv heads, D head_dim.
@@ -34,14 +36,14 @@ from dataclasses import dataclass
 
 from ..defaults import RESERVE_FRACTION
 from ..errors import ConfigError
-from ..validate import count
+from ..validate import count, real
 from .kv_dtype import KVDType
 from .ledger import as_spec, kv_cache_bytes, kv_heads_per_gpu
 from .plan import max_batch_size
 from .presets import gpu_preset
 from .spec import WEIGHT_DTYPE_BITS, GPUSpec, weights_dtype_name
 
-__all__ = ["DecodeCeiling", "StepTime", "arithmetic_intensity", "generation_time", "max_decode_throughput", "step_bytes",
+__all__ = ["DecodeCeiling", "IterationTime", "StepTime", "arithmetic_intensity", "generation_time", "max_decode_throughput", "step_bytes",
            "step_flops", "step_time", "ridge_point", "roofline_tokens_per_s", "weights_read_per_step"]
 
 
@@ -260,3 +262,49 @@ def max_decode_throughput(model, gpu: str | GPUSpec, context_len: int, kv_dtype:
         return DecodeCeiling(context_len, 0, 0.0, None)
     st = step_time(model, gpu, context_len, b, kv_dtype, weights_dtype, tp=tp)
     return DecodeCeiling(context_len, b, b / st.seconds, st)
+
+
+@dataclass(frozen=True)
+class IterationTime:
+    """Seconds one step takes: ``base_s + per_kv_token_s * kv_tokens + per_prefill_token_s * prefill``.
+
+    ``kv_tokens`` is the tokens held in the KV cache during the step (what decode attention
+    reads); ``prefill`` the prompt tokens prefilled in it.  The clock of the simulator
+    (:func:`paged_kv.sim.simulate`) and of the timing engine
+    (:class:`~paged_kv.engine.timing_runner.TimingRunner`).
+
+    Raises:
+        ConfigError: ``base_s`` not a finite number > 0, or a per-token cost < 0.
+    """
+
+    base_s: float = 1.0
+    per_kv_token_s: float = 0.0
+    per_prefill_token_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "base_s", real("base_s", self.base_s, 0.0, low_open=True))
+        for label in ("per_kv_token_s", "per_prefill_token_s"):
+            object.__setattr__(self, label, real(label, getattr(self, label), 0.0))
+
+    def __call__(self, kv_tokens: int, prefill_tokens: int) -> float:
+        return self.base_s + self.per_kv_token_s * kv_tokens + self.per_prefill_token_s * prefill_tokens
+
+    @classmethod
+    def roofline(cls, weight_bytes: float, kv_bytes_per_token: float,
+                 hbm_bytes_per_s: float, flops_per_s: float,
+                 efficiency: float = 1.0) -> "IterationTime":
+        """A memory-bound decode step: read every weight once and every cached K/V once;
+        prefill compute-bound, 2 FLOPs per parameter per token (fp16: params = bytes / 2).
+
+        ``efficiency`` in (0, 1] scales the hardware peaks; 1 is the ideal, an optimistic
+        bound.
+
+        Raises:
+            ConfigError: an argument that is not a finite number > 0, or an efficiency above 1.
+        """
+        w, kv, bw, fl = (real(n, v, 0.0, low_open=True) for n, v in (
+            ("weight_bytes", weight_bytes), ("kv_bytes_per_token", kv_bytes_per_token),
+            ("hbm_bytes_per_s", hbm_bytes_per_s), ("flops_per_s", flops_per_s)))
+        eff = real("efficiency", efficiency, 0.0, 1.0, low_open=True)
+        bw, fl = bw * eff, fl * eff
+        return cls(w / bw, kv / bw, 2 * (w / 2) / fl)

@@ -25,60 +25,19 @@ from __future__ import annotations
 import heapq
 import math
 from collections import deque
-from dataclasses import dataclass
 
 import numpy as np
 
 from ..defaults import MAX_NUM_SEQS
 from ..errors import ConfigError, PagedKVError
+from ..memory.decode_cost import IterationTime
 from ..scheduling.rules import may_admit, preemption_victim, requeue_preempted
 from ..validate import count, real
 from .memory_policy import MemoryPolicy
 from .result import STEP_FIELDS, Layout, SimResult
 from .traces import Trace
 
-__all__ = ["IterationTime", "simulate"]
-
-
-@dataclass(frozen=True)
-class IterationTime:
-    """Seconds one step takes: ``base_s + per_kv_token_s * kv_tokens + per_prefill_token_s * prefill``.
-
-    ``kv_tokens`` is the tokens held in the KV cache during the step (what decode attention
-    reads); ``prefill`` the prompt tokens prefilled in it.
-    """
-
-    base_s: float = 1.0
-    per_kv_token_s: float = 0.0
-    per_prefill_token_s: float = 0.0
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "base_s", real("base_s", self.base_s, 0.0, low_open=True))
-        for label in ("per_kv_token_s", "per_prefill_token_s"):
-            object.__setattr__(self, label, real(label, getattr(self, label), 0.0))
-
-    def __call__(self, kv_tokens: int, prefill_tokens: int) -> float:
-        return self.base_s + self.per_kv_token_s * kv_tokens + self.per_prefill_token_s * prefill_tokens
-
-    @classmethod
-    def roofline(cls, weight_bytes: float, kv_bytes_per_token: float,
-                 hbm_bytes_per_s: float, flops_per_s: float,
-                 efficiency: float = 1.0) -> "IterationTime":
-        """A memory-bound decode step: read every weight once and every cached K/V once;
-        prefill compute-bound, 2 FLOPs per parameter per token (fp16: params = bytes / 2).
-
-        ``efficiency`` in (0, 1] scales the hardware peaks; 1 is the ideal, an optimistic
-        bound.
-
-        Raises:
-            ConfigError: an argument that is not a finite number > 0, or an efficiency above 1.
-        """
-        w, kv, bw, fl = (real(n, v, 0.0, low_open=True) for n, v in (
-            ("weight_bytes", weight_bytes), ("kv_bytes_per_token", kv_bytes_per_token),
-            ("hbm_bytes_per_s", hbm_bytes_per_s), ("flops_per_s", flops_per_s)))
-        eff = real("efficiency", efficiency, 0.0, 1.0, low_open=True)
-        bw, fl = bw * eff, fl * eff
-        return cls(w / bw, kv / bw, 2 * (w / 2) / fl)
+__all__ = ["IterationTime", "simulate"]   # IterationTime: memory.decode_cost's, here where the simulator was its home
 
 
 def _layout_steps(layouts) -> tuple[int, set]:

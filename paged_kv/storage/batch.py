@@ -5,8 +5,9 @@ and *where* their K/V go, as rows (token ids, first position, slot mapping, bloc
 :class:`BatchRow`, or a scheduler chunk, which has the same fields); this module turns the rows
 into the tensors the model and the paged cache read, and runs the pass.  The engine's runner takes
 its rows from the scheduler's output; drivers that own a block manager (the paged decoder, beam
-search, the live block panel) read them with :func:`read_rows`, and :func:`run_from_manager` is
-their whole step.  Either way, a step is, in order:
+search, the live block panel) read them with :func:`read_rows` (pure bookkeeping, with
+:class:`BatchRow` at home in :mod:`paged_kv.blocks.rows`), and :func:`run_from_manager` is their
+whole step.  Either way, a step is, in order:
 
 1. **room** (the bookkeeping): every new token has a slot; a shared, partly filled last block is
    copied first (copy-on-write, vLLM paper §4.4);
