@@ -122,8 +122,12 @@ def _caption(snap, title: str) -> str:
     return head + f"<sup>step {snap.step}: {what}</sup>"
 
 
-def logical_view_figure(snapshots: Sequence, title: str = "", height: int | None = None) -> go.Figure:
+def logical_view_figure(snapshots: Sequence, title: str = "", height: int | None = None,
+                        replay: bool = True) -> go.Figure:
     """Logical blocks → block table → physical blocks for each snapshot, with a slider.
+
+    ``replay=False`` (the live panels) draws the last snapshot alone, with no frames and no slider;
+    colours and the height still follow every snapshot, so they stay put as requests come and go.
 
     Raises:
         ConfigError: no snapshots.
@@ -144,6 +148,8 @@ def logical_view_figure(snapshots: Sequence, title: str = "", height: int | None
                       plot_bgcolor="white", showlegend=False)
     fig.update_xaxes(visible=False, range=[-1.2, col["pool"] + bs + 1.6])
     fig.update_yaxes(visible=False, range=[rows + 0.2, -1.8])
+    if not replay:
+        return fig
     frames = []
     for snap, p in zip(snapshots, parts):
         data, shp, arr = _frame(p)
