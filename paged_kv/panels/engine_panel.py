@@ -241,12 +241,14 @@ class EnginePanel(PanelModel):
         return [self.tokenizer.decode(ids, final=output.finished) for ids in output.token_ids]
 
     def source_note(self, output) -> str:
-        """``""``, or ``" (stand-in tokens)"`` when the browser configuration's tokens for this
-        request are not a recorded continuation."""
+        """``""``, or a label when some of the browser configuration's tokens for this request are
+        a stand-in, not the recorded continuation (a prompt not recorded, or past the recording's
+        end): each sample's last token was recorded iff all of them were."""
         if self.token_source is None:
             return ""
-        recorded = self.token_source.is_recorded(tuple(output.request.prompt))
-        return "" if recorded else " (stand-in tokens: not a recorded prompt)"
+        prompt = tuple(output.request.prompt)
+        recorded = all(self.token_source.is_recorded(prompt + tuple(ids[:-1])) for ids in output.token_ids or [[]])
+        return "" if recorded else " (stand-in tokens: no recorded continuation)"
 
     def timing_line(self, engine: LLMEngine) -> str:
         """Where the panel's time and tokens come from, and the clock, in words."""

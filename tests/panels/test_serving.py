@@ -2,10 +2,15 @@
 effect on the queues and pools, refusals as notes, and the browser configuration (no model: the
 timing model's times and the recorded tokens)."""
 
+import hashlib
+import json
 import math
+import subprocess
+import sys
 import time
 
 import pytest
+from conftest import ROOT
 
 from paged_kv import memory
 from paged_kv.engine import EngineConfig, LLMEngine, SwapTime
@@ -14,6 +19,7 @@ from paged_kv.model import ByteTokenizer
 from paged_kv.panels import figure_json, step
 from paged_kv.panels.continuations import OFFERED_PROMPTS, load_recordings
 from paged_kv.panels.engine_panel import EngineState, RooflineTiming
+from paged_kv.panels.prefix_cache import PrefixCachePanel
 from paged_kv.panels.serving import DEFAULT_PROMPT, ServingPanel
 from paged_kv.sampling_params import SamplingParams
 from paged_kv.sim import ServingSetup
@@ -138,7 +144,12 @@ def test_the_browser_configuration_replays_the_recorded_tokens(panel):
     assert bytes(o.token_ids[0]) == want and o.text == [want.decode()]
     assert "timing model" in s.status and "recorded" in s.status and "stand-in" not in s.status
     s = run(panel, [{"op": "submit", "prompt": "my own words", "max_tokens": 4}, {"op": "run"}], s.state)
-    assert "B (stand-in tokens" in s.status
+    assert "B (stand-in tokens: no recorded continuation)" in s.status
+    long = ServingPanel(num_gpu_blocks=64)                  # past the recording's end: labelled too
+    recorded = load_recordings()[DEFAULT_PROMPT].encode()
+    s = run(long, [{"op": "submit", "prompt": DEFAULT_PROMPT, "max_tokens": len(recorded) + 4}, {"op": "run"}])
+    assert bytes(s.state.engine.output("A").token_ids[0][:len(recorded)]) == recorded
+    assert "A (stand-in tokens: no recorded continuation)" in s.status
 
 
 def test_the_browser_configurations_times_are_the_timing_models():
@@ -215,3 +226,39 @@ def test_the_tiny_model_side_is_pure_too_and_a_copy_is_cheap(small_model):
             p.copy_engine(state.engine)
         print(f"copy of the engine ({label}, {len(state.engine.records)} records): "
               f"{(time.perf_counter() - t0) / 10 * 1e3:.2f} ms")
+
+
+BLOCKED_RUN = """
+import hashlib, json, sys
+class Blocked:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("torch", "numpy", "triton", "safetensors", "kernels"):
+            raise ImportError(f"{name} is blocked (the browser has none)")
+sys.meta_path.insert(0, Blocked())
+from paged_kv.panels import figure_json, step
+from paged_kv.panels.prefix_cache import PrefixCachePanel
+from paged_kv.panels.serving import ServingPanel
+out = {}
+for cls in (ServingPanel, PrefixCachePanel):
+    model = cls()
+    s = step(model, model.initial(), None)
+    for a in cls.demo_actions:
+        s = step(model, s.state, a)
+    out[cls.name] = [hashlib.sha256(figure_json(s.figure).encode()).hexdigest(), s.status]
+print(json.dumps(out))
+"""
+
+
+def demo_digest(cls):
+    model = cls()
+    s = run(model, cls.demo_actions)
+    return [hashlib.sha256(figure_json(s.figure).encode()).hexdigest(), s.status]
+
+
+def test_both_panels_run_their_demo_without_torch_or_numpy_and_agree_with_this_process():
+    """What the browser runs: the two panel models with torch and numpy blocked give the figure
+    bytes and status text this process gives (the CPython half of the parity test)."""
+    got = subprocess.run([sys.executable, "-c", BLOCKED_RUN], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert got.returncode == 0, got.stderr[-2000:]
+    seen = json.loads(got.stdout)
+    assert seen == {"serving": demo_digest(ServingPanel), "prefix_cache": demo_digest(PrefixCachePanel)}
