@@ -25,12 +25,13 @@ from ..sampling_params import SamplingParams
 from ..viz.prefix_cache import prefix_pool_figure
 from .engine_panel import EnginePanel, EngineState, RooflineTiming, engine_config, int_field, text_field
 
-__all__ = ["DEFAULT_TEXT", "PrefixCachePanel", "SYSTEM_PROMPTS", "hits_in_words"]
+__all__ = ["DEFAULT_TEXT", "MAX_TOKENS", "PrefixCachePanel", "SYSTEM_PROMPTS", "hits_in_words"]
 
 #: the shared prefixes the panel offers (chapter 8's scripted session uses them too)
 SYSTEM_PROMPTS = ("ROMEO: I pray thee, good Mercutio, ", "KING: Speak the speech, I pray you, ")
 #: the panel's default own text
 DEFAULT_TEXT = "what news?"
+#: the most new tokens a request may ask for
 MAX_TOKENS = 64
 
 

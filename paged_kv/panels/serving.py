@@ -29,10 +29,11 @@ from ..sampling_params import SamplingParams
 from ..viz.serving import serving_figure
 from .engine_panel import EnginePanel, EngineState, RooflineTiming, engine_config, int_field, text_field
 
-__all__ = ["DEFAULT_PROMPT", "ServingPanel", "live_requests", "next_request_name", "request_id"]
+__all__ = ["DEFAULT_PROMPT", "MAX_SAMPLES", "MAX_TOKENS", "ServingPanel", "live_requests", "next_request_name", "request_id"]
 
 #: the prompt the panel offers (its continuation is recorded for the browser)
 DEFAULT_PROMPT = "To be, or not to be"
+#: the most new tokens and samples a request may ask for
 MAX_TOKENS, MAX_SAMPLES = 200, 4
 
 

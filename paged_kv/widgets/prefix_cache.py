@@ -11,12 +11,13 @@ and is re-exported here.
 
 from __future__ import annotations
 
+import html
 
 import ipywidgets as w
 
 from ..engine import EngineConfig
 from ..model import load_tiny_model
-from ..panels.prefix_cache import DEFAULT_TEXT, SYSTEM_PROMPTS, PrefixCachePanel, hits_in_words
+from ..panels.prefix_cache import DEFAULT_TEXT, MAX_TOKENS, SYSTEM_PROMPTS, PrefixCachePanel, hits_in_words
 from ..viz.prefix_cache import prefix_pool_figure, refresh_prefix_pool_figure
 from .panel import button_action, figure_widget_or_output, outputs_html, status_html, update_figure
 
@@ -42,7 +43,7 @@ def prefix_cache_panel(model=None, tokenizer=None, config: EngineConfig | None =
 
     prefix = w.Dropdown(options=list(SYSTEM_PROMPTS) + [""], description="prefix", layout=w.Layout(width="380px"))
     own = w.Text(value=DEFAULT_TEXT, description="own text", layout=w.Layout(width="260px"))
-    max_tokens = w.BoundedIntText(value=8, min=1, max=64, description="new tokens", layout=w.Layout(width="170px"))
+    max_tokens = w.BoundedIntText(value=8, min=1, max=MAX_TOKENS, description="new tokens", layout=w.Layout(width="170px"))
     add = w.Button(description="submit")
     step = w.Button(description="step", button_style="primary")
     run = w.Button(description="run until idle")
@@ -52,7 +53,8 @@ def prefix_cache_panel(model=None, tokenizer=None, config: EngineConfig | None =
         update_figure(fig, out, lambda f: refresh_prefix_pool_figure(f, engine.records, title),
                       lambda: prefix_pool_figure(engine.records, title, replay=False))
         rate = panel_model.hit_rate(engine)
-        status.value = status_html(note, (rate + "<br>" if rate else "")
+        timing = html.escape(panel_model.timing_line(engine)) + "<br>" if panel_model.timed else ""   # no model
+        status.value = status_html(note, (rate + "<br>" if rate else "") + timing
                                    + outputs_html(engine.outputs(), lambda o: hits_in_words(o.cached_tokens)))
 
     def act(op: str, fields=dict):              # never raises: errors go to the status line

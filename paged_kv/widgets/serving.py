@@ -16,12 +16,13 @@ until its last byte comes, not shown as "\ufffd"), escaped, since a model may sa
 
 from __future__ import annotations
 
+import html
 
 import ipywidgets as w
 
 from ..engine import EngineConfig
 from ..model import load_tiny_model
-from ..panels.serving import ServingPanel, live_requests
+from ..panels.serving import DEFAULT_PROMPT, MAX_SAMPLES, MAX_TOKENS, ServingPanel, live_requests
 from ..viz.serving import refresh_serving_figure, serving_figure
 from .panel import button_action, figure_widget_or_output, outputs_html, status_html, update_figure
 
@@ -46,9 +47,9 @@ def serving_panel(model=None, tokenizer=None, config: EngineConfig | None = None
     title = panel_model.title
     fig, out = figure_widget_or_output(serving_figure(engine.records, title, replay=False), use_figure_widget)
 
-    prompt = w.Text(value="To be, or not to be", description="prompt", layout=w.Layout(width="300px"))
-    max_tokens = w.BoundedIntText(value=12, min=1, max=200, description="new tokens", layout=w.Layout(width="170px"))
-    n = w.BoundedIntText(value=1, min=1, max=4, description="samples", layout=w.Layout(width="150px"))
+    prompt = w.Text(value=DEFAULT_PROMPT, description="prompt", layout=w.Layout(width="300px"))
+    max_tokens = w.BoundedIntText(value=12, min=1, max=MAX_TOKENS, description="new tokens", layout=w.Layout(width="170px"))
+    n = w.BoundedIntText(value=1, min=1, max=MAX_SAMPLES, description="samples", layout=w.Layout(width="150px"))
     add = w.Button(description="submit")
     step = w.Button(description="step", button_style="primary")
     run = w.Button(description="run until idle")
@@ -66,7 +67,8 @@ def serving_panel(model=None, tokenizer=None, config: EngineConfig | None = None
         which.options = live_requests(engine)
         if which.options:                        # keep the selection, or pick the first unfinished request
             which.value = keep if keep in which.options else which.options[0]
-        status.value = status_html(note, outputs_html(engine.outputs()))    # streamed: RequestOutput.text
+        timing = html.escape(panel_model.timing_line(engine)) + "<br>" if panel_model.timed else ""   # no model
+        status.value = status_html(note, timing + outputs_html(engine.outputs()))    # streamed: RequestOutput.text
 
     def act(op: str, fields=dict):              # never raises: errors go to the status line
         return button_action(lambda: panel_model.act(engine, {"op": op, **fields()}), redraw, status)

@@ -262,3 +262,20 @@ def test_both_panels_run_their_demo_without_torch_or_numpy_and_agree_with_this_p
     assert got.returncode == 0, got.stderr[-2000:]
     seen = json.loads(got.stdout)
     assert seen == {"serving": demo_digest(ServingPanel), "prefix_cache": demo_digest(PrefixCachePanel)}
+
+
+def test_the_ipywidgets_panels_without_a_model_run_the_browser_configuration():
+    """The Jupyter panels forward to the same models: without a model they run the timing model,
+    say so, and their engine's tokens are the recorded ones."""
+    from paged_kv.widgets.prefix_cache import prefix_cache_panel
+    from paged_kv.widgets.serving import serving_panel
+
+    for build, submit_at, run_at, status_at, name in ((serving_panel, (0, 3), (1, 1), 3, "A"),
+                                                      (prefix_cache_panel, (1, 1), (1, 3), 2, "R0")):
+        panel = build(load_model=False, use_figure_widget=False)
+        panel.children[submit_at[0]].children[submit_at[1]].click()
+        panel.children[run_at[0]].children[run_at[1]].click()
+        status = panel.children[status_at].value
+        assert "timing model, no model runs" in status and panel.panel_model.timed
+        o = panel.engine.output(name)
+        assert bytes(o.token_ids[0]) == load_recordings()[o.prompt].encode()[:len(o.token_ids[0])] != b""
