@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     import numpy as np
 
 
-def _is_bool(value) -> bool:
+def is_bool(value) -> bool:
     """``value`` is a Python or numpy bool (``numpy.bool_`` is not a ``bool`` subclass).
 
     numpy is looked up, never imported: if nothing has imported it, no value is a numpy bool.
@@ -48,7 +48,7 @@ def count(name: str, value, minimum: int = 1, error: type = ConfigError) -> int:
     """
     if type(value) is int and value >= minimum:    # the common case, checked in hot loops
         return value
-    if _is_bool(value):
+    if is_bool(value):
         raise error(f"{name} must be an int >= {minimum}, got {value!r} (a bool)")
     try:
         v = operator.index(value)
@@ -72,7 +72,7 @@ def real(name: str, value, low: float = -math.inf, high: float = math.inf, *, lo
     else:
         lo, hi = ("(" if low_open else "["), (")" if high_open else "]")
         where = f"a finite number in {lo}{low:g}, {high:g}{hi}"
-    if _is_bool(value) or not isinstance(value, numbers.Real):
+    if is_bool(value) or not isinstance(value, numbers.Real):
         raise ConfigError(f"{name} must be {where}, got {value!r}")
     try:
         v = float(value)

@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import ast
+import importlib.util
 import inspect
 import json
 import re
@@ -56,7 +57,8 @@ def _dotted(path: Path) -> str:
 
 
 def _imports(path: Path):
-    """``(node, absolute module names, imported names, inside a function)`` for every import."""
+    """``(node, absolute module names, imported names, inside a function)`` for every import, a
+    ``lazy_loader.load("paged_kv...")`` (an import deferred to first use) counted as one."""
     tree = ast.parse(path.read_text())
     pkg = _dotted(path) if path.name == "__init__.py" else _dotted(path).rpartition(".")[0]
     out = []
@@ -76,6 +78,10 @@ def _imports(path: Path):
                 names = [a.name for a in child.names]
                 targets = [module] if child.module else [f"{module}.{n}" for n in names]
                 out.append((child, targets, names, in_function))
+            if isinstance(child, ast.Call) and isinstance(child.func, ast.Attribute) and child.func.attr == "load" \
+                    and isinstance(child.func.value, ast.Name) and child.func.value.id in ("lazy", "_lazy", "lazy_loader") \
+                    and child.args and isinstance(child.args[0], ast.Constant) and isinstance(child.args[0].value, str):
+                out.append((child, [child.args[0].value], [], in_function))   # lazy_loader.load: an import, deferred
             visit(child, inner)
 
     visit(tree, False)
@@ -216,12 +222,60 @@ def test_pure_layers_run_without_loading_torch():
     assert seen == [], f"the pure layers loaded {seen[:5]}"
 
 
-# --- the pure wheel's layers: neither torch nor numpy ----------------------------------------------
-# What the browser build runs (issue 24): the leaves, blocks, scheduling and memory (sim needs numpy).
-NO_NUMPY = LEAVES | {"paged_kv", "blocks", "scheduling", "memory"}
-NO_NUMPY_MODULES = sorted(_dotted(p) for p in _modules("paged_kv") if _layer(_dotted(p)) in NO_NUMPY)
+# --- the pure wheel's modules: neither torch nor numpy ----------------------------------------------
+# What the browser build runs (issue 24), as scripts/pure_wheel.py lists it: the leaves, blocks,
+# scheduling and memory (sim needs numpy), the torch-free modules of model, engine and viz, panels.
+def _load_pure_wheel():
+    spec = importlib.util.spec_from_file_location("pure_wheel", ROOT / "scripts" / "pure_wheel.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+pure_wheel = _load_pure_wheel()
+NO_NUMPY_MODULES = pure_wheel.modules()
+NO_NUMPY_FILES = [p for p in PACKAGE_FILES if _dotted(p) in set(NO_NUMPY_MODULES)]
+
+
+def test_the_pure_modules_are_what_the_rules_say():
+    """Whole layers for the pure ones and the panels; in model, engine and viz only named modules,
+    each of which exists (a module moved or renamed must be renamed in the wheel's list too)."""
+    names = set(NO_NUMPY_MODULES)
+    assert {"paged_kv.validate", "paged_kv.blocks.manager", "paged_kv.scheduling.scheduler", "paged_kv.memory.plan",
+            "paged_kv.engine.llm_engine", "paged_kv.engine.live", "paged_kv.engine.timing_runner",
+            "paged_kv.engine.token_source", "paged_kv.model.tokenizer", "paged_kv.viz.blocks",
+            "paged_kv.panels.base"} <= names
+    tree = {_dotted(p) for p in PACKAGE_FILES}
+    assert names <= tree, f"listed for the wheel but not in the tree: {sorted(names - tree)}"
+    for layer in {*PURE, *LEAVES, "panels"} - {"sim"}:
+        mine = {n for n in tree if _layer(n) == layer}
+        assert mine <= names, f"{layer} goes whole into the pure wheel: missing {sorted(mine - names)}"
+    assert not [n for n in names if _layer(n) in ("sim", "storage", "decoding", "widgets", "kernels")]
+
+
+@pytest.mark.parametrize("path", NO_NUMPY_FILES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_pure_modules_import_neither_torch_nor_numpy_at_the_top(path):
+    """Read from the source: no module-level import of torch, numpy or our torch modules (a
+    function may import numpy for a numpy argument, as ``validate.numeric_array`` does)."""
+    names = set(NO_NUMPY_MODULES)
+    typing_only = {n.lineno for block in ast.walk(ast.parse(path.read_text())) if isinstance(block, ast.If)
+                   and isinstance(block.test, ast.Name) and block.test.id == "TYPE_CHECKING"
+                   for inner in block.body for n in ast.walk(inner) if hasattr(n, "lineno")}
+    for node, targets, _, in_function in _imports(path):
+        for target in targets:
+            top = target.split(".")[0]
+            where = f"{path.relative_to(ROOT)}:{node.lineno} imports {target}"
+            if in_function or node.lineno in typing_only:      # run only when called, or never
+                continue
+            assert top not in ("torch", "triton", "safetensors", "kernels", "numpy", "IPython", "ipywidgets"), where
+            lazy = isinstance(node, ast.Call)
+            if top == "paged_kv" and not lazy:
+                assert target in names or _layer(target) is not None and any(n.startswith(target + ".") for n in names), \
+                    f"{where}, which is not in the pure wheel (load it lazily, on first use, or add it)"
+
+
 # A finder first on sys.meta_path: importing any of these raises ImportError, as where they are absent.
-_BLOCKED = ("torch", "numpy", "triton", "safetensors", "kernels")
+_BLOCKED = ("torch", "numpy", "triton", "safetensors", "kernels", "IPython", "ipywidgets")
 _BLOCK = f"""
 import importlib, json, sys
 class _Blocked:
@@ -273,6 +327,37 @@ def exercise():
     except ConfigError:
         r["bool"] = "ConfigError"
     r["count"] = count("n", 3)
+    # the engine loop on a timing model, its tokens from recorded continuations (the browser's ch7)
+    from paged_kv.engine import EngineConfig, LLMEngine, LiveRequests, RecordedTokens, TimingRunner
+    from paged_kv.engine.metrics import percentile, summarize
+    from paged_kv.model import ByteTokenizer
+    from paged_kv.sampling_params import SamplingParams
+    tok = ByteTokenizer()
+    source = RecordedTokens({"The cat": " sat on the mat."}, tok)
+    runner = TimingRunner(lambda kv, prefill: 0.001 * kv + 0.01, block_size=4, next_token=source)
+    e = LLMEngine(None, EngineConfig(num_gpu_blocks=8, block_size=4, watermark=0.0), tok, runner=runner)
+    for prompt, n in (("The cat", 16), ("hello", 7)):
+        e.add_request(prompt, SamplingParams(max_tokens=n))
+    while e.has_unfinished_requests():
+        e.step()
+    outs = e.outputs()
+    r["texts"] = [o.text[0] for o in outs]
+    r["ttft"] = [o.ttft for o in outs]
+    r["clock"], r["preemptions"] = e.clock, e.stats.preemptions
+    r["p90"], r["summary"] = percentile(r["ttft"] + [0.5, 0.25], 90), summarize([0.3, 0.1, 0.2, 0.7])
+    # the live block panel's loop without a model (the browser's ch5 and ch6)
+    live = LiveRequests(None, tok, num_blocks=6, block_size=4, next_token=source)
+    s = live.add("The cat")
+    live.step()
+    child = live.fork(s)
+    live.step()
+    live.step()
+    r["live"] = [live.text(s), live.text(child), live.manager.num_free_blocks, source.is_recorded(tok.encode("xy"))]
+    import hashlib
+    import plotly.io as pio
+    from paged_kv.viz import line_figure
+    fig = line_figure(range(3), {"used": [1, 2, 3]}, "blocks", "step", "blocks")
+    r["figure_sha"] = hashlib.sha256(pio.to_json(fig).encode()).hexdigest()
     return r
 """
 _RUN = """
@@ -281,8 +366,11 @@ for name in json.loads(sys.argv[1]):
 result = exercise()
 import paged_kv
 loaded = sorted(m for m in sys.modules if m.split(".")[0] in {_BLOCKED!r})
-files = sorted({{getattr(m, "__file__", None) or "" for n, m in list(sys.modules.items()) if n.split(".")[0] == "paged_kv"}})
-print(json.dumps({{"result": result, "loaded": loaded, "files": files}}))
+# a module lazy_loader.load left for later (torch's side) is looked at without loading it
+ours = [(n, m) for n, m in list(sys.modules.items()) if n.split(".")[0] == "paged_kv"]
+deferred = sorted(n for n, m in ours if type(m).__name__ == "_LazyModule")
+files = sorted({{getattr(m, "__file__", None) or "" for n, m in ours if n not in deferred}})
+print(json.dumps({{"result": result, "loaded": loaded, "files": files, "deferred": deferred}}))
 """.format(_BLOCKED=_BLOCKED)
 
 
@@ -298,6 +386,11 @@ def _expected() -> dict:
     from paged_kv.memory import model_preset
     spec = model_preset("Llama-3-8B")
     assert r["plan"][0] == 2 * spec.num_layers * spec.num_kv_heads * spec.head_dim * 2   # K and V, fp16
+    assert r["texts"] == [" sat on the mat.", "hellohe"]    # recorded; the stand-in repeats the prompt
+    assert r["live"][:2] == ["The cat sat", "The cat sat"] and r["live"][3] is False
+    import numpy as np
+    assert r["p90"] == float(np.percentile(r["ttft"] + [0.5, 0.25], 90))
+    assert r["summary"]["mean"] == float(np.mean([0.3, 0.1, 0.2, 0.7]))
     return r
 
 
@@ -310,42 +403,42 @@ def _run_blocked(argv: list[str], cwd: Path, prefix: str = "") -> dict:
 
 
 def test_pure_layers_import_and_run_with_torch_and_numpy_blocked():
-    assert {"paged_kv.validate", "paged_kv.blocks.manager", "paged_kv.scheduling.scheduler",
-            "paged_kv.memory.plan"} <= set(NO_NUMPY_MODULES)
     seen = _run_blocked([sys.executable], ROOT)
     assert seen["loaded"] == [], f"loaded despite the block: {seen['loaded']}"
+    # the torch side of the engine and the live loop: named, never loaded
+    assert {"paged_kv.storage", "paged_kv.engine.runner", "paged_kv.model.sampling"} <= set(seen["deferred"])
     assert seen["result"] == _expected()
 
 
-def test_pure_wheel_holds_the_pure_layers_and_runs_from_its_contents(tmp_path):
+def test_pure_wheel_holds_the_pure_modules_and_runs_from_its_contents(tmp_path):
+    import importlib.metadata
     import zipfile
-    import lazy_loader
-    sys.path.insert(0, str(ROOT / "scripts"))
-    try:
-        import pure_wheel
-    finally:
-        sys.path.remove(str(ROOT / "scripts"))
     wheel = pure_wheel.build(tmp_path / "dist")
     full = re.search(r'^version = "([^"]+)"', (ROOT / "pyproject.toml").read_text(), re.M).group(1)
     assert wheel.name == f"paged_kv_pure-{full}-py3-none-any.whl", "the pure wheel has the full wheel's version"
     size = wheel.stat().st_size
-    assert size < 300_000, f"the pure wheel is {size} bytes"
+    assert size < 400_000, f"the pure wheel is {size} bytes"         # 0.21 MB when written (2026-12)
     with zipfile.ZipFile(wheel) as z:
         names = z.namelist()
         z.extractall(tmp_path / "site")
         meta = z.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
     modules = sorted(n[:-3].replace("/", ".").removesuffix(".__init__") for n in names if n.endswith(".py"))
-    assert modules == NO_NUMPY_MODULES, "the wheel holds the leaves and the pure layers, nothing else"
-    data = [n for n in names if not n.endswith(".py") and ".dist-info/" not in n]
-    assert data == ["paged_kv/model/weights/config.json"], data
+    assert modules == NO_NUMPY_MODULES, "the wheel holds the pure modules, nothing else"
+    data = sorted(n for n in names if not n.endswith(".py") and ".dist-info/" not in n)
+    assert data == pure_wheel.data_files() and "paged_kv/model/weights/config.json" in data, data
     assert not [n for n in names if n.endswith((".safetensors", ".bin", ".pt", ".pth", ".npz"))]
     requires = [line.split(":", 1)[1].strip() for line in meta.splitlines() if line.startswith("Requires-Dist:")]
-    assert [r.split(">")[0].split("=")[0].strip() for r in requires] == ["lazy_loader"], requires
+    assert [r.split(">")[0].split("=")[0].strip() for r in requires] == ["lazy_loader", "plotly"], requires
     # No site-packages (-S), no environment or working folder on sys.path (-I): only the wheel's
-    # contents and a copy of its one dependency.
+    # contents and copies of its dependencies, metadata included (plotly reads its version; its own
+    # dependencies: narwhals, packaging).
     deps = tmp_path / "deps"
-    shutil.copytree(Path(lazy_loader.__file__).parent, deps / "lazy_loader",
-                    ignore=shutil.ignore_patterns("__pycache__"))
+    for dist in ("lazy_loader", "plotly", "narwhals", "packaging"):
+        for f in importlib.metadata.distribution(dist).files:
+            if ".." in f.parts or "__pycache__" in f.parts:           # scripts outside site-packages
+                continue
+            (deps / f).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(f.locate(), deps / f)
     prefix = f"import sys\nsys.path[:0] = [{str(tmp_path / 'site')!r}, {str(deps)!r}]\n"
     seen = _run_blocked([sys.executable, "-I", "-S"], tmp_path, prefix)
     assert seen["loaded"] == []

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from ..defaults import BLOCK_SIZE, MAX_NUM_BATCHED_TOKENS, MAX_NUM_SEQS, WATERMARK
 from ..errors import ConfigError
-from ..model.reduction import ReductionOrder
+from ..model.reduction_order import ReductionOrder
 from ..scheduling import SchedulerConfig
 from ..validate import count
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import PromptError
-from ..model.reduction import ReductionOrder, check_reduction
+from ..model.reduction_order import ReductionOrder, check_reduction
 from ..sampling_params import SamplingParams
 from ..validate import count, read_record
 from .config import EngineConfig

@@ -13,20 +13,31 @@ call too.
 Slots are labelled per byte (:meth:`~paged_kv.model.ByteTokenizer.token_labels`, a multi-byte
 character on its first byte) and text is decoded incrementally, so an incomplete character never
 shows as "\ufffd".  The panel around it is :func:`paged_kv.widgets.blocks.block_panel`.
+
+Without a model the bookkeeping runs alone, the same calls in the same order, and each new token
+comes from a token source (:mod:`paged_kv.engine.token_source`) or is 0.  The model's side (the
+paged cache, the forward pass, sampling: torch) is loaded on first use, when a model is given
+(``lazy_loader``, as ``paged_kv`` itself does), so this module imports where torch is absent.
 """
 
 from __future__ import annotations
 
 from collections import deque
 
+import lazy_loader as lazy
+
 from ..blocks import BlockHistory, BlockSpaceManager
-from ..errors import BlockError, PromptError
-from ..model.sampling import SamplingParams, sample, sample_generator
+from ..blocks.rows import read_rows
+from ..errors import BlockError, ConfigError, PromptError
+from ..sampling_params import SamplingParams
 from ..scheduling.rules import preemption_victim, requeue_preempted
-from ..storage import PagedKVCache, read_rows, run_from_manager
 from ..validate import count
 
 __all__ = ["LiveRequests"]
+
+# Loaded on first use, with a model (tests/test_architecture.py reads these as imports).
+storage = lazy.load("paged_kv.storage", suppress_warning=True)
+sampling = lazy.load("paged_kv.model.sampling", suppress_warning=True)
 
 
 class LiveRequests:
@@ -34,31 +45,40 @@ class LiveRequests:
 
     Args:
         model: a :class:`~paged_kv.model.TinyLlama`, or ``None`` to run the bookkeeping alone (every
-            generated token is then shown as ``"·"``).
+            generated token is then ``next_token``'s, or 0; without a tokenizer shown as ``"·"``).
         tokenizer: turns token ids into the labels drawn in the slots (needed with a model).
         num_blocks, block_size: the pool (NB blocks of BS token slots).
         backend: ``"torch"`` or ``"triton"`` attention.
         sampling: how every sequence picks its tokens (default greedy); sequence ``s`` draws from
             ``sample_generator(seed, s)``, so a fork continues differently from its parent.
+        next_token: without a model, where each new token comes from: a token source
+            (:data:`~paged_kv.engine.token_source.TokenSource`), called as
+            ``next_token(seq, tuple(tokens))`` with the request's prompt and generated ids so far.
 
     Raises:
         OutOfBlocksError: (:meth:`add`, from the manager) the prompt does not fit the free blocks;
             nothing changes.
         PromptError: a bad prompt (empty, a bad length, or too long for the model).
+        ConfigError: both a model and ``next_token`` (one source of tokens), or a ``next_token``
+            that is not callable.
         BlockError: an unknown request (a :meth:`fork` of one that is not running), or an
             :meth:`add` while preempted requests wait to be recomputed (they are served first).
     """
 
     def __init__(self, model=None, tokenizer=None, num_blocks: int = 24, block_size: int = 8,
-                 backend: str = "torch", sampling: SamplingParams | None = None) -> None:
+                 backend: str = "torch", sampling: SamplingParams | None = None, next_token=None) -> None:
+        if next_token is not None and (model is not None or not callable(next_token)):
+            raise ConfigError("next_token must be callable, and is for running without a model: got "
+                              f"{next_token!r:.60} with {'a model' if model is not None else 'no model'}")
         self.model, self.tokenizer, self.backend = model, tokenizer, backend
+        self.next_token = next_token
         self.sampling = sampling or SamplingParams()
         self.logits: dict[int, object] = {}   # per running request: the logits of its pending token
         self._gens: dict[int, object] = {}
         self.history = BlockHistory(BlockSpaceManager(num_blocks, block_size))
         self.cache = None
         if model is not None:
-            self.cache = PagedKVCache(model.cfg, num_blocks=num_blocks, block_size=block_size,
+            self.cache = storage.PagedKVCache(model.cfg, num_blocks=num_blocks, block_size=block_size,
                                       dtype=model.dtype, device=model.device)
         self.pending: dict[int, int] = {}     # per running request: sampled, not yet cached token
         self.tokens: dict[int, list[int]] = {}
@@ -221,13 +241,13 @@ class LiveRequests:
         return seq
 
     def _pick(self, seq: int, logits) -> int:
-        """Sequence ``seq``'s next token from ``logits [V]`` (0 without a model)."""
+        """Sequence ``seq``'s next token from ``logits [V]``; without a model ``next_token``'s (0 without one)."""
         if logits is None:
-            return 0
+            return 0 if self.next_token is None else self.next_token(seq, tuple(self.tokens[seq]))
         if self.sampling.greedy:
             return int(logits.argmax())
-        gen = self._gens.setdefault(seq, sample_generator(self.sampling.seed, seq))
-        return int(sample(logits[None], self.sampling, [gen])[0])
+        gen = self._gens.setdefault(seq, sampling.sample_generator(self.sampling.seed, seq))
+        return int(sampling.sample(logits[None], self.sampling, [gen])[0])
 
     def _forward(self, seqs: list[int], ids: list[list[int]], phase: str) -> None:
         """Run the model on the new tokens of ``seqs`` (all already have their slots), then pick each
@@ -238,7 +258,7 @@ class LiveRequests:
             self.manager.take_copies()
             read_rows(self.manager, seqs, ids)       # the same checks as with a model
         else:
-            logits = run_from_manager(self.model, self.cache, self.manager, seqs, ids, phase, self.backend)
+            logits = storage.run_from_manager(self.model, self.cache, self.manager, seqs, ids, phase, self.backend)
             rows = list(logits.float().cpu())
         for s, row in zip(seqs, rows):
             self.logits[s] = row

@@ -22,19 +22,26 @@ import math
 import numbers
 from typing import Hashable, Sequence
 
+import lazy_loader as lazy
+
 from ..errors import AdmissionError, ConfigError, PagedKVError, PromptError
 from ..memory import kv_bytes_per_token
 from ..sampling_params import SamplingParams
 from ..scheduling import Request, Scheduler, SchedulerOutput, Verdict
-from ..storage.paged_cache import KV_DTYPE_NAMES
 from ..validate import count, real
 from .config import EngineConfig
 from .metrics import EngineStats
 from .outputs import RequestOutput
-from .runner import ModelRunner, ModelRunnerOutput, TimingRunner
+from .runner_output import ModelRunnerOutput
 from .step_record import StepRecord, describe, seq_name, step_record
+from .timing_runner import TimingRunner
 
 __all__ = ["LLMEngine"]
+
+# The tiny model's side (torch) loads on first use, when a model is given: the timing-model engine
+# runs where torch is absent (the browser build).  tests/test_architecture.py reads these as imports.
+model_runner = lazy.load("paged_kv.engine.runner", suppress_warning=True)
+storage = lazy.load("paged_kv.storage", suppress_warning=True)
 
 
 class LLMEngine:
@@ -42,7 +49,7 @@ class LLMEngine:
 
     Args:
         model: a :class:`~paged_kv.model.TinyLlama` (real K/V), or ``None`` with ``iteration_time``
-            (a timing model of a large model: no tokens, only lengths and time).
+            (a timing model of a large model: no tokens, only lengths and time) or with ``runner``.
         config: the :class:`EngineConfig` (default: 64 blocks of 16 tokens).
         tokenizer: encodes string prompts and decodes outputs (the tiny model's byte tokenizer).
         record: keep a :class:`StepRecord` per step in :attr:`records` (for figures; small runs).
@@ -50,18 +57,23 @@ class LLMEngine:
             ``iteration_time(kv_tokens, prefill_tokens)`` (:class:`paged_kv.sim.IterationTime`).
         swap_time: with ``model=None``, seconds to swap ``num_blocks`` blocks one way as
             ``swap_time(num_blocks, block_size)`` (:class:`paged_kv.engine.serving.SwapTime`).
+        runner: with ``model=None``, a ready runner (anything with ``execute(SchedulerOutput) ->
+            ModelRunnerOutput``), e.g. a :class:`~paged_kv.engine.timing_runner.TimingRunner` with
+            a token source: its tokens are then real, and outputs are decoded with ``tokenizer``.
 
     Raises:
-        ConfigError: neither a model nor a timing model, a bad config, or a ``max_model_len`` beyond
-            the model's ``max_seq_len``.
+        ConfigError: neither a model, a timing model nor a runner, or more than one of them; a
+            runner without ``execute`` or whose ``block_size`` is not the config's; a bad config;
+            or a ``max_model_len`` beyond the model's ``max_seq_len``.
     """
 
     def __init__(self, model=None, config: EngineConfig | None = None, tokenizer=None,
-                 iteration_time=None, swap_time=None, record: bool = False) -> None:
+                 iteration_time=None, swap_time=None, record: bool = False, runner=None) -> None:
         self.config = config or EngineConfig(num_gpu_blocks=64)
         if not isinstance(self.config, EngineConfig):
             raise ConfigError(f"config must be an EngineConfig, got {self.config!r}")
         self.model, self.tokenizer = model, tokenizer
+        self._real_tokens = model is not None or runner is not None   # a timing model's tokens are 0s
         if model is not None and not (hasattr(model, "cfg") and hasattr(model, "dtype") and callable(model)):
             swapped = hasattr(model, "decode") and not isinstance(model, str)
             got = f"{type(model).__name__} (model and tokenizer swapped?)" if swapped else f"{model!r:.60}"
@@ -69,21 +81,33 @@ class LLMEngine:
         is_tokenizer = callable(getattr(tokenizer, "encode", None)) and callable(getattr(tokenizer, "decode", None))
         if tokenizer is not None and (isinstance(tokenizer, str) or not is_tokenizer):
             raise ConfigError(f"tokenizer must have encode() and decode() (e.g. from load_tiny_model()), got {tokenizer!r:.60}")
+        if runner is not None and (model is not None or iteration_time is not None or swap_time is not None):
+            given = [n for n, v in (("model", model), ("iteration_time", iteration_time), ("swap_time", swap_time))
+                     if v is not None]
+            raise ConfigError(f"give LLMEngine a ready runner or what builds one, not both: runner and {given}")
         if model is not None:
             block_size = count("block_size (tokens)", self.config.block_size, 1)
-            per_block = block_size * kv_bytes_per_token(model.cfg, KV_DTYPE_NAMES[model.dtype])
+            per_block = block_size * kv_bytes_per_token(model.cfg, storage.KV_DTYPE_NAMES[model.dtype])
             sc = self.config.scheduler_config(per_block)
             limit = model.cfg.max_seq_len
             if sc.max_model_len is not None and sc.max_model_len > limit:
                 raise ConfigError(f"max_model_len = {sc.max_model_len:,} tokens is more than the model's "
                                   f"max_seq_len {limit:,} (model.cfg.max_seq_len): it has no positions beyond")
-            self.runner = ModelRunner(model, sc.num_gpu_blocks, sc.block_size, sc.num_cpu_blocks,
-                                      self.config.backend, self.config.reduction)
+            self.runner = model_runner.ModelRunner(model, sc.num_gpu_blocks, sc.block_size, sc.num_cpu_blocks,
+                                                   self.config.backend, self.config.reduction)
         elif iteration_time is not None:
             sc = self.config.scheduler_config()
             self.runner = TimingRunner(iteration_time, swap_time, sc.block_size)
+        elif runner is not None:
+            sc = self.config.scheduler_config()
+            if not callable(getattr(runner, "execute", None)):
+                raise ConfigError(f"runner must have execute(SchedulerOutput) (e.g. a TimingRunner), got {runner!r:.60}")
+            if getattr(runner, "block_size", sc.block_size) != sc.block_size:
+                raise ConfigError(f"the runner's block_size {runner.block_size} is not the config's {sc.block_size}")
+            self.runner = runner
         else:
-            raise ConfigError("LLMEngine needs a model, or model=None with an iteration_time (timing model)")
+            raise ConfigError("LLMEngine needs a model, or model=None with an iteration_time (timing model) "
+                              "or a runner")
         self.scheduler = Scheduler(sc)
         self.stats = EngineStats()
         self.clock = 0.0
@@ -158,7 +182,7 @@ class LLMEngine:
         req = self.scheduler.add(request_id, ids, arrival=arrival, extra_key=extra_key, sampling_params=params,
                                  adapter_shift=shift)
         self._outputs[request_id] = RequestOutput(request_id, prompt, req,
-                                                  self.tokenizer if self.model is not None else None,
+                                                  self.tokenizer if self._real_tokens else None,
                                                   arrival=arrival, arrival_step=self.stats.steps)
         return request_id
 

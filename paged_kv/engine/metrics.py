@@ -18,21 +18,26 @@ and the latency metrics a serving benchmark reports from it.
   rates.
 
 Legend: N requests; G gaps (all requests' inter-token gaps together).  Units: seconds.
+
+Plain Python, no numpy (the browser build runs it), computing what numpy computes to the last bit:
+:func:`percentile` as ``numpy.percentile``'s default method, the mean as ``numpy.mean`` (its
+pairwise summation, :func:`pairwise_sum`); ``tests/engine/test_metrics.py`` checks both against
+numpy on random samples.
 """
 
 from __future__ import annotations
 
 import math
+import numbers
+import sys
 from dataclasses import dataclass, field, fields
 from typing import Iterable, Sequence
-
-import numpy as np
 
 from ..errors import ConfigError
 from ..validate import real
 
 __all__ = ["DISTSERVE_CHATBOT_OPT13B", "EngineStats", "SLO", "goodput_rate", "inter_token_latencies",
-           "percentile", "request_goodput", "slo_attainment", "summarize"]
+           "pairwise_sum", "percentile", "request_goodput", "slo_attainment", "summarize"]
 
 
 @dataclass
@@ -101,28 +106,101 @@ class EngineStats:
 
 # --- latency distributions --------------------------------------------------------------------------
 
-def _sample(values, label: str) -> np.ndarray:
-    """``values`` as a 1-D float64 array without NaNs (a one-token output has no TPOT: left out),
-    or ConfigError naming ``label``."""
+def _sample(values, label: str) -> list[float]:
+    """``values`` (numbers, nested sequences of them, or an array: flattened) as a list of floats
+    without NaNs (a one-token output has no TPOT: left out), or ConfigError naming ``label``."""
+    if isinstance(values, numbers.Real):
+        values = [values]
+    elif hasattr(values, "tolist"):                # an array (numpy's, if loaded): its values as Python's
+        values = values.tolist()
+        values = values if isinstance(values, list) else [values]
+    if isinstance(values, (str, bytes)):
+        raise ConfigError(f"{label} must be numbers (seconds), got {values!r:.80}")
+    out: list[float] = []
     try:
-        x = np.asarray(list(values) if not hasattr(values, "shape") else values, dtype=np.float64).ravel()
+        stack = [iter(values)]
+        while stack:
+            for v in stack[-1]:
+                if isinstance(v, (list, tuple)):
+                    stack.append(iter(v))
+                    break
+                out.append(float(v))
+            else:
+                stack.pop()
     except (TypeError, ValueError):
         raise ConfigError(f"{label} must be numbers (seconds), got {values!r:.80}") from None
-    return x[~np.isnan(x)]
+    return [v for v in out if not math.isnan(v)]
+
+
+def _floats(values, label: str) -> list[float]:
+    """``values`` flattened to floats, NaNs kept (one per request), or ConfigError naming ``label``."""
+    if hasattr(values, "tolist"):
+        values = values.tolist()
+    try:
+        return [float(v) for v in (values if isinstance(values, list) else list(values))]
+    except (TypeError, ValueError):
+        raise ConfigError(f"{label} must be numbers (seconds), one per request, got {values!r:.80}") from None
+
+
+def pairwise_sum(x: Sequence[float]) -> float:
+    """The sum of ``x`` as numpy adds a float64 array (``numpy.add.reduce``): from 0.0, by pairwise
+    summation, below 8 values in order, up to 128 in eight running sums, above that the two halves
+    (split at a multiple of 8) summed apart (numpy's ``pairwise_sum``, ``loops_utils.h.src``).
+    Its rounding error grows as ``log n`` where a running sum's grows as ``n``."""
+    def block(lo: int, n: int) -> float:
+        if n < 8:
+            res = 0.0
+            for i in range(lo, lo + n):
+                res += x[i]
+            return res
+        if n <= 128:
+            r = [x[lo + j] for j in range(8)]
+            i = 8
+            while i < n - n % 8:
+                for j in range(8):
+                    r[j] += x[lo + i + j]
+                i += 8
+            res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]))
+            for k in range(lo + i, lo + n):
+                res += x[k]
+            return res
+        half = n // 2
+        half -= half % 8
+        return block(lo, half) + block(lo + half, n - half)
+
+    return 0.0 + block(0, len(x))
+
+
+def _lerp(a: float, b: float, t: float) -> float:
+    """numpy's ``_lerp``: from the nearer end, so ``t = 1`` gives ``b`` exactly."""
+    diff = b - a
+    return b - diff * (1 - t) if t >= 0.5 else a + diff * t
+
+
+def _percentile_sorted(x: list[float], q: float) -> float:
+    """The ``q``-th percentile of the sorted, NaN-free ``x`` (not empty), as ``numpy.percentile``'s
+    ``"linear"`` method computes it, operation for operation."""
+    n = len(x)
+    h = (n - 1) * (q / 100)
+    if h >= n - 1:                 # numpy takes the last value twice (its weight then is moot)
+        return _lerp(x[-1], x[-1], h + 1)
+    lo = math.floor(h)
+    return _lerp(x[lo], x[lo + 1], h - lo)
 
 
 def percentile(values, q: float) -> float:
     """The ``q``-th percentile of ``values`` (s), linear between the two nearest ranks: with the
     ``n`` values sorted as ``x[0] <= ... <= x[n-1]``, rank ``h = (n - 1) q / 100`` and the result
     ``x[floor h] + (h - floor h) (x[floor h + 1] - x[floor h])`` (numpy's default method, the one
-    vLLM's serving benchmark uses).  NaNs are left out; ``nan`` for no values.
+    vLLM's serving benchmark uses, computed as numpy does: the same float to the last bit).  NaNs
+    are left out; ``nan`` for no values.
 
     Raises:
         ConfigError: ``q`` outside 0..100, or values that are not numbers.
     """
     q = real("q (percent, 0 to 100)", q, 0.0, 100.0)
-    x = _sample(values, "values")
-    return float(np.percentile(x, q)) if x.size else math.nan
+    x = sorted(_sample(values, "values"))
+    return _percentile_sorted(x, q) if x else math.nan
 
 
 def summarize(values, qs: Sequence[float] = (50, 90, 99)) -> dict[str, float]:
@@ -135,14 +213,16 @@ def summarize(values, qs: Sequence[float] = (50, 90, 99)) -> dict[str, float]:
         ConfigError: a ``q`` outside 0..100, or values that are not numbers.
     """
     x = _sample(values, "values")
-    out = {"n": int(x.size), "mean": float(x.mean()) if x.size else math.nan}
+    out = {"n": len(x), "mean": pairwise_sum(x) / len(x) if x else math.nan}    # in the given order, as numpy
+    x.sort()
     for q in qs:
-        out[f"p{q:g}"] = percentile(x, q)
-    out["max"] = float(x.max()) if x.size else math.nan
+        q = real("q (percent, 0 to 100)", q, 0.0, 100.0)
+        out[f"p{q:g}"] = _percentile_sorted(x, q) if x else math.nan
+    out["max"] = x[-1] if x else math.nan
     return out
 
 
-def inter_token_latencies(outputs: Iterable) -> np.ndarray:
+def inter_token_latencies(outputs: Iterable) -> list[float]:
     """``[G]`` every inter-token gap (s) of every request in ``outputs``
     (:class:`~paged_kv.engine.RequestOutput`), pooled in request order: the sample whose
     distribution a serving benchmark reports as ITL (vLLM's ``vllm bench serve`` pools the gaps
@@ -156,7 +236,7 @@ def inter_token_latencies(outputs: Iterable) -> np.ndarray:
         if not hasattr(o, "itl"):
             raise ConfigError(f"outputs must be RequestOutputs (with .itl), got {type(o).__name__}")
         gaps += o.itl
-    return np.asarray(gaps, dtype=np.float64)
+    return [float(g) for g in gaps]
 
 
 # --- service-level objectives and goodput -------------------------------------------------------------
@@ -180,21 +260,27 @@ class SLO:
         for label in ("ttft_s", "tpot_s"):
             object.__setattr__(self, label, real(f"{label} (s)", getattr(self, label), 0.0, low_open=True))
 
-    def met(self, ttft_s, tpot_s) -> np.ndarray:
-        """``[N]`` bool: which requests meet both bounds, from their ``[N]`` TTFTs and TPOTs (s).
+    def met(self, ttft_s, tpot_s):
+        """``[N]`` bool: which requests meet both bounds, from their ``[N]`` TTFTs and TPOTs (s): a
+        numpy bool array if either input is a numpy array (numpy is then loaded; it is looked up,
+        never imported), else a list of bools.
 
         Raises:
             ConfigError: the two arrays differ in length, or a TTFT is ``nan`` (a request that
                 never produced a token cannot be judged: serve the run to the end first).
         """
-        ttft = np.asarray(ttft_s, dtype=np.float64).ravel()
-        tpot = np.asarray(tpot_s, dtype=np.float64).ravel()
-        if ttft.shape != tpot.shape:
-            raise ConfigError(f"one TTFT and one TPOT per request: got {ttft.size} TTFTs and {tpot.size} TPOTs")
-        if np.isnan(ttft).any():
-            raise ConfigError(f"{int(np.isnan(ttft).sum())} requests have no first token (TTFT nan): "
+        ttft, tpot = _floats(ttft_s, "ttft_s"), _floats(tpot_s, "tpot_s")
+        if len(ttft) != len(tpot):
+            raise ConfigError(f"one TTFT and one TPOT per request: got {len(ttft)} TTFTs and {len(tpot)} TPOTs")
+        missing = sum(math.isnan(t) for t in ttft)
+        if missing:
+            raise ConfigError(f"{missing} requests have no first token (TTFT nan): "
                               f"judge an SLO on finished requests only")
-        return (ttft <= self.ttft_s) & (np.isnan(tpot) | (tpot <= self.tpot_s))
+        met = [t <= self.ttft_s and (math.isnan(p) or p <= self.tpot_s) for t, p in zip(ttft, tpot)]
+        np = sys.modules.get("numpy")
+        if np is not None and (isinstance(ttft_s, np.ndarray) or isinstance(tpot_s, np.ndarray)):
+            return np.array(met, dtype=bool)
+        return met
 
 
 # DistServe's chatbot SLO for OPT-13B on ShareGPT (Zhong et al., OSDI 2024, Table 1): a cited number,
@@ -212,7 +298,7 @@ def slo_attainment(ttft_s, tpot_s, slo: SLO) -> float:
     if not isinstance(slo, SLO):
         raise ConfigError(f"slo must be an SLO, got {slo!r:.60}")
     met = slo.met(ttft_s, tpot_s)
-    return float(met.mean()) if met.size else math.nan
+    return sum(bool(m) for m in met) / len(met) if len(met) else math.nan
 
 
 def request_goodput(ttft_s, tpot_s, slo: SLO, duration_s: float) -> float:
@@ -226,7 +312,7 @@ def request_goodput(ttft_s, tpot_s, slo: SLO, duration_s: float) -> float:
     if not isinstance(slo, SLO):
         raise ConfigError(f"slo must be an SLO, got {slo!r:.60}")
     duration_s = real("duration_s (s)", duration_s, 0.0, low_open=True)
-    return float(slo.met(ttft_s, tpot_s).sum()) / duration_s
+    return sum(bool(m) for m in slo.met(ttft_s, tpot_s)) / duration_s
 
 
 def goodput_rate(rates, attainments, goal: float = 0.9) -> float:

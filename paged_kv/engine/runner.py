@@ -1,6 +1,7 @@
 """What runs a scheduled step: the tiny model over a paged cache, or a timing model of a large one.
 
-Both take a :class:`~paged_kv.scheduling.SchedulerOutput` and nothing else, and return a
+Both (:class:`TimingRunner` is in :mod:`~paged_kv.engine.timing_runner`, which needs no torch)
+take a :class:`~paged_kv.scheduling.SchedulerOutput` and nothing else, and return a
 :class:`ModelRunnerOutput`: the tokens sampled and how long the step took.  They never read the
 scheduler or the block manager (vLLM v1's model runner works from its ``SchedulerOutput`` the
 same way), so the same :class:`~paged_kv.engine.LLMEngine` loop serves the tiny model (real K/V,
@@ -32,7 +33,6 @@ Legend: B sequences, V vocabulary.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 
 import torch
 
@@ -42,33 +42,13 @@ from ..model.sampling import apply_penalties, sample, sample_generator
 from ..sampling_params import SamplingParams
 from ..scheduling import Chunk, SchedulerOutput
 from ..storage import BatchRow, PagedKVCache, prepare_paged_batch, run_paged_batch
+from .runner_output import ModelRunnerOutput
+from .timing_runner import TimingRunner
 
+# ModelRunnerOutput and TimingRunner live in torch-free modules; imported here too, where they were.
 __all__ = ["ModelRunner", "ModelRunnerOutput", "TimingRunner"]
 
 GREEDY = SamplingParams()
-
-
-@dataclass
-class ModelRunnerOutput:
-    """What a step produced (vLLM's ``ModelRunnerOutput``, trimmed).
-
-    Attributes:
-        sampled_token_ids: per sequence id that sampled, its tokens (``num_samples`` of them for
-            a fresh leader: one per sample, which fork from it).
-        seconds: how long the step took (wall clock for the model, modelled for a timing model).
-        logits: per sequence id that sampled, the logits it sampled from, ``[V]`` fp32 (empty
-            for the timing model).
-        failed: request id -> the error (type and message) that its part of the step raised; such
-            a request has nothing in ``sampled_token_ids``, and the scheduler ends it with
-            ``"error"`` while the rest of the step counts.  The readers of the blocks it was to
-            write (:meth:`~paged_kv.scheduling.SchedulerOutput.readers_of`) are not run: they are in
-            neither field, and the scheduler puts them back in the waiting queue.
-    """
-
-    sampled_token_ids: dict[int, list[int]]
-    seconds: float
-    logits: dict[int, torch.Tensor] = field(default_factory=dict)
-    failed: dict = field(default_factory=dict)
 
 
 def is_decode(chunk: Chunk, readers=frozenset()) -> bool:
@@ -193,38 +173,3 @@ class ModelRunner:
         if key not in self._gens:
             self._gens[key] = sample_generator(seed, index, device=self.model.device)
         return self._gens[key]
-
-
-class TimingRunner:
-    """Runs scheduled steps on no model at all: the step's time comes from a timing model, and
-    every sampled token is 0 (a stand-in: only lengths matter for memory and time).
-
-    Args:
-        iteration_time: seconds per step from the tokens it reads and prefills,
-            :class:`paged_kv.sim.IterationTime` (e.g. ``ServingSetup.iteration_time()``: OPT-13B
-            on an A100 by roofline, the paper's set-up), called as
-            ``iteration_time(kv_tokens, prefill_tokens)``.  A re-prefill after a recompute
-            preemption is charged here, as prefill tokens.
-        swap_time: seconds to swap blocks, called as ``swap_time(num_blocks, block_size)`` for the
-            blocks moved out and in during the step (:class:`paged_kv.engine.serving.SwapTime`);
-            ``None``: swaps are free.
-        block_size: tokens per block (what ``swap_time`` is told).
-
-    Raises:
-        ConfigError: a timing model that is not callable.
-    """
-
-    def __init__(self, iteration_time, swap_time=None, block_size: int = 16) -> None:
-        for label, f in (("iteration_time", iteration_time), ("swap_time", swap_time)):
-            if f is not None and not callable(f) or (label == "iteration_time" and f is None):
-                raise ConfigError(f"{label} must be callable, got {f!r}")
-        self.iteration_time, self.swap_time, self.block_size = iteration_time, swap_time, block_size
-
-    def execute(self, out: SchedulerOutput) -> ModelRunnerOutput:
-        sampled = {c.seq_id: [0] * c.num_samples for c in out.chunks if c.sample}
-        seconds = float(self.iteration_time(out.kv_tokens, out.prefill_tokens))
-        if self.swap_time is not None:
-            for mapping in (out.swap_out, out.swap_in):
-                if mapping:
-                    seconds += float(self.swap_time(len(mapping), self.block_size))
-        return ModelRunnerOutput(sampled, seconds)

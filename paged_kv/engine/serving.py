@@ -225,7 +225,7 @@ def serve_trace(trace: Trace, config: EngineConfig, iteration_time, n: int = 1,
     finish = np.array([o.finish for o in outs])
     scheduled = np.array([o.first_scheduled for o in outs])
     return ServeResult(trace, n, first, finish, engine.stats, first_scheduled_s=scheduled,
-                       itl_s=inter_token_latencies(outs))
+                       itl_s=np.asarray(inter_token_latencies(outs), dtype=np.float64))
 
 
 def serve_sweep(setup: ServingSetup, rates, configs: dict[str, EngineConfig], n: int = 1,

@@ -1,6 +1,8 @@
 """The model layer: the tiny Llama the book decodes, its config, tokenizer, weights and sampling.
 
 * :mod:`~paged_kv.model.config`: :class:`ModelConfig`, sizes with units (reads HF Llama configs);
+* :mod:`~paged_kv.model.reduction_order`: :class:`ReductionOrder`, the order of a pass's sums (the
+  torch path that follows it: :mod:`~paged_kv.model.reduction`);
 * :mod:`~paged_kv.model.tokenizer`: :class:`ByteTokenizer`, UTF-8 bytes as tokens;
 * :mod:`~paged_kv.model.attention`: :class:`AttentionMetadata` (what one forward pass attends to)
   and the torch/triton attention backends;
@@ -10,16 +12,23 @@
 
 The model does not know which cache it writes to: a cache object (``paged_kv.storage``) is passed
 to its forward pass with the metadata.
+
+The names below are imported on first use (``lazy_loader``, as ``paged_kv`` does): ``config``,
+``tokenizer`` and ``reduction_order`` need neither torch nor numpy, so ``from paged_kv.model
+import ByteTokenizer`` runs where torch is absent (the browser build); the rest load torch.
 """
 
-from .attention import BACKENDS, AttentionMetadata, check_backend, decode_attention, prefill_attention
-from .checkpoint import load_checkpoint, load_tiny_model, save_checkpoint, weights_dir
-from .config import ModelConfig
-from .llama import TinyLlama, load_hf_state_dict
-from ..sampling_params import SamplingParams
-from .sampling import apply_penalties, sample, sample_generator
-from .tokenizer import ByteTokenizer
+import lazy_loader as _lazy
 
-__all__ = ["AttentionMetadata", "BACKENDS", "ByteTokenizer", "ModelConfig", "SamplingParams", "TinyLlama",
-           "check_backend", "decode_attention", "load_checkpoint", "load_hf_state_dict", "load_tiny_model",
-           "prefill_attention", "apply_penalties", "sample", "sample_generator", "save_checkpoint", "weights_dir"]
+from ..sampling_params import SamplingParams
+
+__getattr__, __dir__, __all__ = _lazy.attach(__name__, submod_attrs={
+    "attention": ["BACKENDS", "AttentionMetadata", "check_backend", "decode_attention", "prefill_attention"],
+    "checkpoint": ["load_checkpoint", "load_tiny_model", "save_checkpoint", "weights_dir"],
+    "config": ["ModelConfig"],
+    "llama": ["TinyLlama", "load_hf_state_dict"],
+    "reduction_order": ["ReductionOrder"],
+    "sampling": ["apply_penalties", "sample", "sample_generator"],
+    "tokenizer": ["ByteTokenizer"],
+})
+__all__.append("SamplingParams")      # the same list __dir__ returns

@@ -14,11 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-import numpy as np
-
 from ..errors import ConfigError
 from ..memory.spec import llama_num_parameters
-from ..validate import count, real
+from ..validate import count, is_bool, real
 
 
 @dataclass(frozen=True)
@@ -77,7 +75,7 @@ class ModelConfig:
                 f"num_heads {self.num_heads} is not divisible by num_kv_heads {self.num_kv_heads}")
         fix("rms_norm_eps", real("rms_norm_eps", self.rms_norm_eps, 0.0, low_open=True))
         fix("rope_theta", real("rope_theta", self.rope_theta, 0.0, low_open=True))
-        if not isinstance(self.tie_embeddings, (bool, np.bool_)):
+        if not is_bool(self.tie_embeddings):        # a numpy bool too (from a loaded config)
             raise ConfigError(f"tie_embeddings must be True or False, got {self.tie_embeddings!r}")
         fix("tie_embeddings", bool(self.tie_embeddings))
         if self.rope_scaling is not None:

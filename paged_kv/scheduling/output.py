@@ -85,7 +85,10 @@ class SchedulerOutput:
     ``cache_hits`` (per request admitted now, the prompt tokens its prefix-cache hit saved) and
     ``hit_blocks`` (the blocks those hits handed out), ``same_step_hits`` (per request admitted now
     whose hit includes blocks that *this* step writes, registered when an earlier chunk of the step
-    was scheduled: the requests whose chunks write them, in step order).
+    was scheduled: the requests whose chunks write them, in step order), ``prompt_token_ids`` (per
+request admitted from the waiting queue in this step, first time or after a recompute, its prompt:
+vLLM's ``NewRequestData.prompt_token_ids``, sent once; a runner that keeps per-request state learns
+the context a prefix-cache hit lets it skip from it).
 
     The runner must write those blocks before the reader's chunk reads them (it runs the decode
     tokens first, then the prefill chunks, and each layer stores a pass's K/V before it attends),
@@ -107,6 +110,7 @@ class SchedulerOutput:
     cache_hits: dict = field(default_factory=dict)
     hit_blocks: list = field(default_factory=list)
     same_step_hits: dict = field(default_factory=dict)
+    prompt_token_ids: dict = field(default_factory=dict)
 
     def readers_of(self, failed) -> set:
         """The requests whose prefix-cache hits read, directly or through another reader's blocks,

@@ -506,6 +506,7 @@ class Scheduler:
         c = self.config
         tokens = reserved_tokens(req, c)
         self.manager.allocate(req.leader.seq_id, tokens, cached=hit)
+        out.prompt_token_ids[req.request_id] = tuple(req.leader.tokens[:req.leader.prompt_len])
         if c.enable_prefix_caching:
             saved = len(hit) * c.block_size
             req.leader.num_computed = saved

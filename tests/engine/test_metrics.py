@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from paged_kv.engine import (DISTSERVE_CHATBOT_OPT13B, SLO, EngineConfig, LLMEngine, engine_config_for,
                              goodput_rate, inter_token_latencies, percentile, rate_sweep, request_goodput,
                              serve_static, serve_sweep, serve_trace, slo_attainment, summarize)
+from paged_kv.engine.metrics import pairwise_sum
 from paged_kv.errors import ConfigError
 from paged_kv.model.sampling import SamplingParams
 from paged_kv.sim import IterationTime, ServingSetup, trace_from_rows
@@ -38,6 +39,39 @@ def brute_percentile(values, q):
        st.floats(0, 100, allow_nan=False))
 def test_percentile_is_the_line_between_the_two_nearest_ranks(values, q):
     assert percentile(values, q) == pytest.approx(brute_percentile(values, q), abs=1e-12)
+
+
+def _random_samples():
+    """Samples of many sizes and scales (heavy tails, negatives, repeats, a NaN), seeded."""
+    rng = np.random.default_rng(24)
+    sizes = [*range(1, 140), 255, 256, 257, 1000, 1029, 4097]
+    for n in sizes:
+        x = rng.lognormal(0.0, 3.0, n) * rng.choice([-1.0, 1.0], n)
+        if n % 7 == 0:
+            x[rng.integers(n)] = x[0]                       # a repeated value
+        if n % 11 == 0:
+            x[rng.integers(n)] = math.nan                   # left out, as numpy's nan-free sample
+        yield x
+
+
+def test_percentile_and_mean_are_numpys_to_the_last_bit():
+    """The plain-Python metrics (the browser build has no numpy) against numpy itself: ==, not approx."""
+    qs = [0, 1, 10, 25, 33.3, 50, 66.7, 90, 95, 99, 99.9, 100]
+    checked = 0
+    for x in _random_samples():
+        kept = x[~np.isnan(x)]
+        values = x.tolist()
+        for q in qs:
+            assert percentile(values, q) == float(np.percentile(kept, q)), (len(values), q)
+        s = summarize(values, qs=(50, 99))
+        assert s["mean"] == float(kept.mean()) and s["max"] == float(kept.max()), len(values)
+        assert s["p99"] == float(np.percentile(kept, 99))
+        assert pairwise_sum(kept.tolist()) == float(np.add.reduce(kept))
+        checked += 1
+    assert checked > 140
+    # the check tells summation orders apart: a running sum misses numpy's on these samples
+    x = np.random.default_rng(1).normal(size=4097)
+    assert pairwise_sum(x.tolist()) == float(np.sum(x)) != sum(x.tolist())
 
 
 def test_percentile_edges_and_errors():
@@ -141,7 +175,8 @@ def test_attainment_and_goodput_count_requests_meeting_both_bounds(reqs, ttft_sl
     ttft, tpot = [r[0] for r in reqs], [r[1] for r in reqs]
     slo = SLO(ttft_slo, tpot_slo)
     good = brute_met(ttft, tpot, slo)
-    assert slo.met(ttft, tpot).tolist() == good
+    assert slo.met(ttft, tpot) == good
+    assert slo.met(np.array(ttft), tpot).tolist() == good           # numpy in, numpy out
     assert slo_attainment(ttft, tpot, slo) == pytest.approx(sum(good) / len(good))
     assert request_goodput(ttft, tpot, slo, duration) == pytest.approx(sum(good) / duration)
 
