@@ -356,8 +356,9 @@ def exercise():
     r["live"] = [live.text(s), live.text(child), live.manager.num_free_blocks, source.is_recorded(tok.encode("xy"))]
     import hashlib
     import plotly.io as pio
-    from paged_kv.viz import line_figure
+    from paged_kv.viz import TEMPLATE, line_figure
     fig = line_figure(range(3), {"used": [1, 2, 3]}, "blocks", "step", "blocks")
+    fig.update_layout(template=TEMPLATE)      # plotly's default is whatever this process set
     r["figure_sha"] = hashlib.sha256(pio.to_json(fig).encode()).hexdigest()
     return r
 """

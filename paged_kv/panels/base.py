@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from ..errors import ConfigError, PagedKVError
+from ..viz import TEMPLATE
 
 __all__ = ["PanelModel", "Step", "figure_json", "step"]
 
@@ -81,7 +82,9 @@ def step(model: PanelModel, state: Any, action: Mapping[str, Any] | None) -> Ste
     """Apply ``action`` (``None``: none, just draw ``state``) and return what the front shows.
 
     A refusal of ours (:class:`~paged_kv.errors.PagedKVError`) becomes the step's ``note`` and
-    leaves the state as it was; any other exception is a bug and propagates (the ipywidgets front
+    leaves the state as it was.  The figure gets the book's template
+    (:data:`paged_kv.viz.TEMPLATE`) whatever plotly's default is in this process, so the same
+    actions give the same bytes in a notebook, at build time and in the browser's worker; any other exception is a bug and propagates (the ipywidgets front
     shows it as an internal error, :func:`paged_kv.widgets.panel.error_note`).
 
     Raises:
@@ -95,7 +98,9 @@ def step(model: PanelModel, state: Any, action: Mapping[str, Any] | None) -> Ste
             state = model.apply(state, action)
         except PagedKVError as e:
             note = str(e)
-    return Step(state, model.figure(state), model.status(state), note)
+    fig = model.figure(state)
+    fig.update_layout(template=TEMPLATE)
+    return Step(state, fig, model.status(state), note)
 
 
 def figure_json(fig) -> str:

@@ -36,10 +36,13 @@ from .controls import add_replay_controls, layout_path, trace_indices
 from .labels import log_ticks, wrap_title
 from .palette import COLORS, FREE_COLOR, discrete_scale, tint
 
-__all__ = ["BOOK_ENV", "BookRenderer", "COLORS", "FREE_COLOR", "add_replay_controls", "discrete_scale",
+__all__ = ["BOOK_ENV", "BookRenderer", "TEMPLATE", "COLORS", "FREE_COLOR", "add_replay_controls", "discrete_scale",
            "in_colab", "is_static_build", "layout_path", "line_figure", "setup_plotly", "tint", "trace_indices"]
 
 BOOK_ENV = "PAGED_KV_BOOK"
+#: the plotly template of every figure in the book (set by :func:`setup_plotly`; the panel models
+#: set it on their figures themselves, so a live figure's bytes never depend on who called it)
+TEMPLATE = "plotly_white"
 
 
 def is_static_build() -> bool:
@@ -69,7 +72,7 @@ def setup_plotly() -> str:
         pio.renderers.default = "paged_kv_book"
     elif in_colab():
         pio.renderers.default = "colab"
-    pio.templates.default = "plotly_white"
+    pio.templates.default = TEMPLATE
     return pio.renderers.default
 
 
