@@ -159,7 +159,7 @@ def test_run_live_redraws_the_calculator_with_cpythons_figure(ch3_site, browser,
     box.locator("input[name=seq_len]").fill("0")
     box.locator("input[name=seq_len]").dispatch_event("change")
     page.wait_for_function("document.querySelector('.paged-kv-live').dataset.liveSteps === '2'", timeout=30_000)
-    assert "refused" in box.locator(".paged-kv-live-status").inner_text()
+    assert "refused: seq_len" in box.locator(".paged-kv-live-refused").inner_text()
     assert "seq_len" in box.get_attribute("data-live-note")
     assert box.get_attribute("data-live-sha") == expected[1] and figure_x(page, fig_id) == after
 
