@@ -100,12 +100,12 @@ function renderControls(box, controls, handle) {
       el = document.createElement("select");
       c.options.forEach((o, i) => {
         const opt = document.createElement("option");
-        opt.value = String(i);
+        opt.value = String(o);
         opt.textContent = String(o);
         if (o === c.value) opt.selected = true;
         el.appendChild(opt);
       });
-      inputs.push({ name: c.name, read: () => c.options[Number(el.value)] });
+      inputs.push({ name: c.name, read: () => c.options[el.selectedIndex] });   // the option itself, a number stays one
     } else {
       el = document.createElement("input");
       el.type = c.kind === "int" ? "number" : "text";
