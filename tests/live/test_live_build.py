@@ -5,7 +5,7 @@ import json
 import os
 import zipfile
 
-from live_helpers import ROOT, script
+from live_helpers import ROOT, live_assets, script  # noqa: F401 (fixture)
 
 
 def _live_mode():
@@ -54,6 +54,21 @@ def test_live_mode_is_off_with_live_0_and_the_chapters_are_told(monkeypatch):
     plain = {"body": "<p>no panel</p>", "script_files": []}
     mod._page_context(app, "p", "t", plain, None)
     assert plain["script_files"] == []                 # a page without a panel loads nothing of it
+
+
+def test_a_pure_wheel_without_the_panels_turns_live_mode_off(monkeypatch, tmp_path, live_assets):
+    wheel = tmp_path / "paged_kv_pure-0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as z:
+        z.writestr("paged_kv/__init__.py", "")
+    monkeypatch.setenv("PAGED_KV_PURE_WHEEL", str(wheel))
+    monkeypatch.setenv("PAGED_KV_LIVE", "1")
+
+    class App:
+        pass
+
+    app = App()
+    _live_mode()._config_inited(app, None)
+    assert app.paged_kv_live is False and os.environ["PAGED_KV_LIVE"] == "0"
 
 
 def test_the_served_wheel_leaves_out_only_the_dropped_paths(tmp_path):
