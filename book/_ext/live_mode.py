@@ -57,8 +57,22 @@ def live_status() -> tuple[bool, str]:
     return True, ""
 
 
+def _wheel_lacks_panels(wheel: Path) -> bool:
+    """Whether the pure wheel cannot run a panel (no ``paged_kv/panels/worker.py`` in it)."""
+    with zipfile.ZipFile(wheel) as z:
+        return "paged_kv/panels/worker.py" not in z.namelist()
+
+
 def _config_inited(app, config):
     on, why = live_status()
+    app.paged_kv_live_wheel = None
+    if on:          # the pure wheel now, so that a wheel without the panels turns live mode off here
+        app.paged_kv_live_tmp = tempfile.TemporaryDirectory()
+        wheel = _pure_wheel(Path(app.paged_kv_live_tmp.name))
+        if _wheel_lacks_panels(wheel):
+            on, why = False, f"the pure wheel {wheel.name} has no paged_kv/panels (scripts/pure_wheel.py)"
+        else:
+            app.paged_kv_live_wheel = wheel
     os.environ[LIVE_ENV] = "1" if on else "0"        # the chapters' kernels inherit it
     app.paged_kv_live = on
     if not on:
@@ -101,9 +115,8 @@ def _build_finished(app, exception):
     pins = assets.lock()
     for w in pins["wheels"]:
         _copy_wheel(assets.DEST / "wheels" / w["file"], dest / "wheels" / w["file"], w.get("drop", []))
-    with tempfile.TemporaryDirectory() as tmp:
-        wheel = _pure_wheel(Path(tmp))
-        shutil.copy2(wheel, dest / "wheels" / wheel.name)
+    wheel = app.paged_kv_live_wheel
+    shutil.copy2(wheel, dest / "wheels" / wheel.name)
     for name in ("click.js", "live.mjs", "worker.mjs"):
         shutil.copy2(HERE / name, dest / name)
     files = [w["file"] for w in pins["wheels"]] + [wheel.name]

@@ -1,9 +1,12 @@
 """Live mode in headless Chromium (Debian's package) with the network cut off: chapter 3's
 calculator runs in Pyodide after "Run live", an action redraws the page's figure in place with
-what CPython draws for the same action, and a build without live mode says so.
+what CPython draws for the same action, and a build without live mode says so; on one page with
+every registry panel that imports, each panel starts and every one of its controls, used once,
+gives CPython's figure (sha256 of the figure JSON).
 
 Only what the test needs is built: chapter 3 alone (``jupyter-book build book/03_kv_memory.md``),
-and for the no-live build a one-cell page, each into a temporary folder.  Every request to a host
+a page of one cell per panel, and for the no-live build a one-cell page, each into a temporary
+folder.  Every request to a host
 other than 127.0.0.1 is blocked and recorded.  Screenshots go to tests/_artifacts/.
 """
 
@@ -159,7 +162,7 @@ def test_run_live_redraws_the_calculator_with_cpythons_figure(ch3_site, browser,
     box.locator("input[name=seq_len]").fill("0")
     box.locator("input[name=seq_len]").dispatch_event("change")
     page.wait_for_function("document.querySelector('.paged-kv-live').dataset.liveSteps === '2'", timeout=30_000)
-    assert "refused" in box.locator(".paged-kv-live-status").inner_text()
+    assert "refused: seq_len" in box.locator(".paged-kv-live-refused").inner_text()
     assert "seq_len" in box.get_attribute("data-live-note")
     assert box.get_attribute("data-live-sha") == expected[1] and figure_x(page, fig_id) == after
 
@@ -188,3 +191,67 @@ def test_a_build_without_live_mode_says_so(tmp_path, browser):
         page.close()
     finally:
         httpd.shutdown()
+
+
+def page_events(controls: list[dict]) -> list[tuple[tuple, dict]]:
+    """What a reader does to a panel's controls, one event per control, and the action the page
+    sends for each (``live.mjs``: a button's op, or the auto button's on an input's change, plus
+    every input's current value): a select set to another option, a (not auto) button clicked."""
+    values = {c["name"]: c.get("value") for c in controls if c["kind"] != "button"}
+    auto = next((c["op"] for c in controls if c["kind"] == "button" and c.get("auto")), None)
+    events, buttons = [], 0
+    for c in controls:
+        if c["kind"] == "select" and auto is not None and len(c["options"]) > 1:
+            k = 1 if c["options"][0] == values[c["name"]] else 0
+            values[c["name"]] = c["options"][k]
+            events.append((("select", c["name"], k), {"op": auto, **values}))
+        elif c["kind"] == "button":
+            if not c.get("auto"):
+                events.append((("button", buttons), {"op": c["op"], **values}))
+            buttons += 1
+    return events
+
+
+@pytest.fixture(scope="module")
+def all_panels_site(tmp_path_factory, live_assets, pure_wheel):
+    """One page with every registry panel that imports here (their constructors' defaults)."""
+    names = list(registry.available())
+    cells = "".join(f'\n```{{code-cell}} ipython3\n_ = show_live(lambda: None, "Panel {n}", live="{n}")\n```\n'
+                    for n in names)
+    src = tmp_path_factory.mktemp("src") / "live_all.md"
+    src.write_text(LIVE_OFF_PAGE.split("```{code-cell}")[0].replace("# Live off", "# Every live panel")
+                   + "```{code-cell} ipython3\nfrom paged_kv.viz import setup_plotly\n"
+                     "from paged_kv.widgets import show_live\nsetup_plotly()\n```\n" + cells)
+    html = build_page(src, tmp_path_factory.mktemp("all"), live=True, wheel=pure_wheel)
+    httpd, url = serve(html)
+    yield url, names
+    httpd.shutdown()
+
+
+def test_every_panel_runs_live_and_each_control_gives_cpythons_figure(all_panels_site, browser):
+    """Each registry panel on one page: "Run live", then every control once as a reader uses it;
+    after each, the figure on the page has CPython's sha256 for the same actions."""
+    url, names = all_panels_site
+    page = open_page(browser, f"{url}/live_all.html")
+    changed = {}
+    for name in names:
+        box = page.locator(f".paged-kv-live[data-panel={name}]")
+        box.locator("button.paged-kv-live-run").click()
+        page.wait_for_function(f"(b => b.dataset.liveState === 'ready' || /could not/.test(b.textContent))"
+                               f"(document.querySelector('.paged-kv-live[data-panel={name}]'))", timeout=120_000)
+        assert box.get_attribute("data-live-state") == "ready", box.inner_text()
+        events = page_events(registry.create(name).controls())
+        expected = cpython_hashes(name, [action for _, action in events])
+        assert box.get_attribute("data-live-sha") == expected[0], name
+        for k, (event, _) in enumerate(events, start=1):
+            if event[0] == "select":
+                box.locator(f"select[name={event[1]}]").select_option(index=event[2])
+            else:
+                box.locator(".paged-kv-live-controls button").nth(event[1]).click()
+            page.wait_for_function(f"document.querySelector('.paged-kv-live[data-panel={name}]')"
+                                   f".dataset.liveSteps === '{k}'", timeout=30_000)
+            assert box.get_attribute("data-live-sha") == expected[k], f"{name}: after {event}"
+        changed[name] = len(set(expected)) > 1
+    assert all(changed.values()), f"panels whose controls never changed the figure: {changed}"
+    assert page.blocked == [] and page.errors == [], (page.blocked, page.errors)
+    page.close()

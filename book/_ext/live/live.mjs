@@ -49,10 +49,17 @@ function draw(box, { reply, ms }) {
   const gd = figureOf(box);
   window.Plotly.react(gd, reply.figure.data, reply.figure.layout, { displaylogo: false, responsive: true });
   const status = box.querySelector(".paged-kv-live-status");
+  let note = box.querySelector(".paged-kv-live-refused");
+  if (!note) {
+    note = document.createElement("p");
+    note.className = "paged-kv-live-refused";
+    note.style.color = "#B00";
+    status.before(note);
+  }
+  note.textContent = reply.note ? `refused: ${reply.note}` : "";   // the state, and the figure, stay
+  note.style.display = reply.note ? "" : "none";
   status.style.display = "";
-  status.textContent = (reply.note ? `refused: ${reply.note}\n\n` : "") + reply.status;
-  status.classList.toggle("paged-kv-live-refused", !!reply.note);
-  status.style.color = reply.note ? "#B00" : "";
+  status.textContent = reply.status;
   box.dataset.liveSha = reply.figure_sha256;
   box.dataset.liveNote = reply.note;
   box.dataset.liveMs = String(Math.round(ms));
@@ -93,12 +100,12 @@ function renderControls(box, controls, handle) {
       el = document.createElement("select");
       c.options.forEach((o, i) => {
         const opt = document.createElement("option");
-        opt.value = String(i);
+        opt.value = String(o);
         opt.textContent = String(o);
         if (o === c.value) opt.selected = true;
         el.appendChild(opt);
       });
-      inputs.push({ name: c.name, read: () => c.options[Number(el.value)] });
+      inputs.push({ name: c.name, read: () => c.options[el.selectedIndex] });   // the option itself, a number stays one
     } else {
       el = document.createElement("input");
       el.type = c.kind === "int" ? "number" : "text";
