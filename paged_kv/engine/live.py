@@ -61,8 +61,9 @@ class LiveRequests:
         PromptError: a bad prompt (empty, a bad length, or too long for the model).
         ConfigError: both a model and ``next_token`` (one source of tokens), or a ``next_token``
             that is not callable.
-        BlockError: an unknown request (a :meth:`fork` of one that is not running), or an
-            :meth:`add` while preempted requests wait to be recomputed (they are served first).
+        BlockError: an unknown request (a :meth:`fork`, :meth:`preempt` or ``step(only=)`` of one
+            that is not running), or an :meth:`add` while preempted requests wait to be recomputed
+            (they are served first).
     """
 
     def __init__(self, model=None, tokenizer=None, num_blocks: int = 24, block_size: int = 8,
@@ -137,17 +138,34 @@ class LiveRequests:
         self.pending[child] = self._pick(child, self.logits[child])
         return child
 
-    def step(self) -> list[str]:
-        """One decode step; returns notes on what did not simply run.
+    def step(self, only: int | None = None) -> list[str]:
+        """One decode step, of every running request or of ``only``; returns notes on what did not
+        simply run.
 
-        First the oldest preempted request is readmitted if all its tokens fit the free blocks
-        (it is prefilled again: recompute).  Then every running request gets a slot for its
-        pending token; when one needs a block and none is free, the latest arrival is preempted
-        (:func:`~paged_kv.scheduling.rules.preemption_victim`) until the block is there, as
-        vLLM does (§4.5).  A request alone in a pool too small for its next block waits."""
-        notes = self._readmit()
+        A full step (``only=None``) first readmits the oldest preempted request if all its tokens fit
+        the free blocks (it is prefilled again: recompute).  Then every running request (or just
+        ``only``: "append to one", one token for one sequence, as chapter 6's panel offers) gets a
+        slot for its pending token.  When one needs a block and none is free, the latest arrival is
+        preempted (:func:`~paged_kv.scheduling.rules.preemption_victim`, :meth:`preempt`) until the
+        block is there, as vLLM does (§4.5); with ``only`` that may be another request, or ``only``
+        itself when it is the latest.  A request alone in a pool too small for its next block waits.
+        A write into a block other sequences share copies it first (copy-on-write, §4.4): the copy
+        is this sequence's only, and the shared block loses one holder.  Appending to one request
+        readmits nobody: only a full step is a scheduler iteration.
+
+        Raises:
+            BlockError: ``only`` is not a running request (unknown, finished, or waiting to be
+                recomputed).
+        """
+        if only is None:
+            notes, seqs = self._readmit(), sorted(self.running)   # oldest first: victims come from behind
+        else:
+            if not isinstance(only, bool) and isinstance(only, int) and only in self.waiting:
+                raise BlockError(f"request {only} is waiting to be recomputed; a full decode step "
+                                 f"readmits it once its tokens fit")
+            notes, seqs = [], [self._running(only)]
         ran = []
-        for seq in sorted(self.running):                # oldest first: victims come from behind
+        for seq in seqs:
             if seq not in self.running:                 # preempted earlier in this step
                 continue
             if self.model is not None and self.manager.num_tokens(seq) >= self.model.cfg.max_seq_len:
@@ -159,7 +177,9 @@ class LiveRequests:
                     notes.append(f"request {seq} waits: needs {self.manager.blocks_to_append(seq)} "
                                  f"block, {self.manager.num_free_blocks} free, and nobody to preempt")
                     break
-                notes.append(f"request {seq} needs a block, none free: " + self._preempt(victim))
+                self.preempt(victim, "the pool is full; the latest arrival goes first")
+                notes.append(f"request {seq} needs a block, none free: request {victim} preempted "
+                             f"(latest arrival), to be recomputed")
                 if victim == seq:
                     break
             if seq not in self.running or not self.manager.can_append(seq):
@@ -176,13 +196,25 @@ class LiveRequests:
             self._forward(ran, [[self.tokens[s][-1]] for s in ran], "decode")
         return notes
 
-    def _preempt(self, seq: int) -> str:
-        """Preempt ``seq`` by recompute: free its blocks, queue it at the front; returns a note."""
-        self.history.preempt(seq, "the pool is full; the latest arrival goes first")
+    def preempt(self, seq: int, reason: str = "") -> None:
+        """Preempt running request ``seq`` by recompute (vLLM paper §4.5): its blocks go back to the
+        free list now (a block it shares only loses one holder), it waits at the front of the queue
+        (:func:`~paged_kv.scheduling.rules.requeue_preempted`), its pending token and logits are
+        dropped, and a full :meth:`step` prefills all its tokens again once they fit.  ``reason``
+        goes into the history's caption of the preemption (who or what preempted it).
+
+        A full pool calls this from :meth:`step`; a panel calls it for the reader's "preempt".
+
+        Raises:
+            BlockError: ``seq`` is already waiting to be recomputed, or is not a running request.
+        """
+        if not isinstance(seq, bool) and isinstance(seq, int) and seq in self.waiting:
+            raise BlockError(f"request {seq} is already preempted, waiting to be recomputed")
+        seq = self._running(seq)
+        self.history.preempt(seq, reason)
         requeue_preempted(self.waiting, seq)
         for state in (self.pending, self.logits):
             state.pop(seq, None)
-        return f"request {seq} preempted (latest arrival), to be recomputed"
 
     def _readmit(self) -> list[str]:
         """Readmit the oldest waiting request if its tokens fit now (FCFS: only the head)."""

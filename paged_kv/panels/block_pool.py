@@ -6,7 +6,8 @@ the figure is the pool and the block tables (:func:`paged_kv.viz.blocks.blocks_f
 paper's logical view (:func:`paged_kv.viz.logical_view.logical_view_figure`, §4.3 Figures 6-7).
 :class:`ForkPanel` (chapter 6): the same pool with forks: a request forks into ``n`` samples that
 share all its blocks (ref counts go up, no block is taken), the first write into a shared last
-block copies it (copy-on-write, vLLM paper §4.4), and finishing a sample returns only the blocks
+block copies it (copy-on-write, vLLM paper §4.4: a decode step writes for every sample, "append"
+for one), and finishing a sample returns only the blocks
 no other sample holds; the figure frames shared blocks and draws each copy
 (:func:`paged_kv.viz.sharing.sharing_figure`).
 
@@ -38,7 +39,6 @@ from ..engine.live import LiveRequests
 from ..engine.token_source import RecordedTokens
 from ..errors import BlockError, ConfigError, PromptError
 from ..model.tokenizer import ByteTokenizer
-from ..scheduling.rules import requeue_preempted
 from ..validate import count
 from ..viz.blocks import blocks_figure, refresh_blocks_figure
 from ..viz.logical_view import logical_view_figure
@@ -81,7 +81,8 @@ class BlockPoolPanel(PanelModel):
 
     Args:
         num_blocks, block_size: the pool (JSON-able, as every argument before ``model``).
-        sharing: also ``{"op": "fork"}`` and the sharing overlays (what :class:`ForkPanel` is).
+        sharing: also ``{"op": "fork"}``, ``{"op": "append"}`` and the sharing overlays (what
+            :class:`ForkPanel` is).
         view: the view shown first.
         prompt, length: the controls' first values.
         model, tokenizer: (Python only) a :class:`~paged_kv.model.TinyLlama` and its tokenizer: the
@@ -161,7 +162,7 @@ class BlockPoolPanel(PanelModel):
     # --- actions ---------------------------------------------------------------------------------
     def ops(self) -> tuple[str, ...]:
         """The ``"op"`` values :meth:`apply` takes."""
-        return ("add", "add_length", "step", "finish", "preempt", "view") + (("fork",) if self.sharing else ())
+        return ("add", "add_length", "step", "finish", "preempt", "view") + (("fork", "append") if self.sharing else ())
 
     def apply(self, state: PoolState, action: Mapping[str, Any]) -> PoolState:
         """The state after ``action`` (see the class docstring); ``state`` is left as it was.
@@ -171,7 +172,7 @@ class BlockPoolPanel(PanelModel):
             PromptError: an empty prompt, a bad length, a prompt too long for the model.
             OutOfBlocksError: the prompt does not fit the free blocks.
             BlockError: an unknown request, no request given, an ``add`` while preempted requests
-                wait, a fork or preemption of a request that is not running.
+                wait, a fork, append or preemption of a request that is not running.
         """
         op = action.get("op")
         if op not in self.ops():
@@ -195,27 +196,16 @@ class BlockPoolPanel(PanelModel):
             live.finish(_request(action, "finish"))
             new.message = ""
         elif op == "preempt":
-            new.message = self._preempt(live, _request(action, "preempt"))
+            seq = _request(action, "preempt")
+            live.preempt(seq, "by the reader")
+            new.message = f"request {seq} preempted: its blocks are free, and it is recomputed when its tokens fit"
+        elif op == "append":
+            new.message = "; ".join(live.step(only=_request(action, "append to")))
         elif op == "fork":
             new.message = self._fork(live, _request(action, "fork"), action.get("n", 1))
         else:                                                   # "view"
             new.message = ""
         return new
-
-    @staticmethod
-    def _preempt(live: LiveRequests, seq) -> str:
-        """Preempt running request ``seq`` by recompute, as a full pool would (vLLM §4.5): its blocks
-        go back to the free list now, it waits at the front of the queue, and the next decode step
-        prefills all its tokens again if they fit."""
-        if seq in live.waiting:
-            raise BlockError(f"request {seq} is already preempted, waiting to be recomputed")
-        if seq not in live.running:
-            raise BlockError(f"request {seq!r} is not running (running: {live.running})")
-        live.history.preempt(seq, "by the reader")
-        requeue_preempted(live.waiting, seq)
-        live.pending.pop(seq, None)
-        live.logits.pop(seq, None)
-        return f"request {seq} preempted: its blocks are free, and it is recomputed when its tokens fit"
 
     @staticmethod
     def _fork(live: LiveRequests, seq, n) -> str:
@@ -288,6 +278,7 @@ class BlockPoolPanel(PanelModel):
         if self.sharing:
             out += [{"kind": "int", "name": "n", "label": "samples", "value": 1, "min": 1, "max": MAX_FORKS},
                     {"kind": "button", "label": "fork", "op": "fork"},
+                    {"kind": "button", "label": "append to selected", "op": "append"},
                     {"kind": "button", "label": "finish / prune", "op": "finish"}]
         else:
             out += [{"kind": "button", "label": "finish", "op": "finish"},
@@ -300,8 +291,11 @@ class BlockPoolPanel(PanelModel):
 class ForkPanel(BlockPoolPanel):
     """Chapter 6's fork and copy-on-write: :class:`BlockPoolPanel` with ``sharing`` (16 blocks of 4
     slots by default).  ``{"op": "fork", "request": id, "n": n}`` forks ``n`` samples off a running
-    request: they share all its blocks, whose ref counts go up by ``n``; the next decode step copies
-    the shared last block for every sample but the last writer (copy-on-write); ``finish`` ends
+    request: they share all its blocks, whose ref counts go up by ``n``;
+    ``{"op": "append", "request": id}`` decodes one token for that sample alone
+    (:meth:`LiveRequests.step` with ``only``): its first write into the shared, partly filled last
+    block copies that block for it only, and the block's ref count falls by one; a decode step does
+    the same for every sample, copying for each but the last writer (copy-on-write); ``finish`` ends
     (prunes) one sample, returning only the blocks whose ref count falls to 0.
 
     In the browser every sample replays the same recorded greedy continuation, so the samples do
@@ -310,14 +304,15 @@ class ForkPanel(BlockPoolPanel):
 
     name = "fork"
     sharing_default = True
-    #: a prompt, three samples, two decode steps (one copy-on-write per sample but the last
-    #: writer), one sample pruned, a fork of a finished sample (refused), the logical view
+    #: a prompt, three samples, one token appended to one of them (its copy of the shared last
+    #: block), that sample pruned (its copy back), a decode step (one more copy), a fork of the
+    #: finished sample (refused), the logical view
     demo_actions = [
         {"op": "add", "prompt": "To be, or not"},
         {"op": "fork", "request": 0, "n": 2},
-        {"op": "step"},
-        {"op": "step"},
+        {"op": "append", "request": 1},
         {"op": "finish", "request": 1},
+        {"op": "step"},
         {"op": "fork", "request": 1, "n": 1},
         {"op": "view", "view": "logical"},
     ]

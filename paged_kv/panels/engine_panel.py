@@ -30,23 +30,19 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from .. import memory
+from ..memory.decode_cost import IterationTime
 from ..errors import ConfigError
 from ..validate import count, real
 from ..engine.config import EngineConfig
 from ..engine.llm_engine import LLMEngine
-from ..engine.timing_runner import TimingRunner
+from ..engine.timing_runner import SwapTime, TimingRunner
 from ..engine.token_source import RecordedTokens
 from ..model.tokenizer import ByteTokenizer
 from .base import PanelModel
 from .continuations import load_recordings
 
-__all__ = ["COPY_CALL_S", "MAX_RUN_STEPS", "PCIE4_X16_BYTES_PER_S", "EnginePanel", "EngineState", "RooflineTiming",
+__all__ = ["MAX_RUN_STEPS", "EnginePanel", "EngineState", "RooflineTiming",
            "engine_config", "int_field", "text_field"]
-
-# The same two assumptions as paged_kv.engine.serving.SwapTime (that module needs numpy, which the
-# browser lacks); tests/panels/test_serving.py checks they agree.
-PCIE4_X16_BYTES_PER_S = 25e9     # PCIe 4.0 x16: 32 GB/s per direction in theory, ~25 GB/s achieved
-COPY_CALL_S = 10e-6              # fixed cost of one small cudaMemcpyAsync (launch + DMA set-up)
 
 #: "run until idle" stops after this many steps, so a click always returns
 MAX_RUN_STEPS = 500
@@ -57,13 +53,16 @@ class RooflineTiming:
     """Seconds per engine step and per swap for a large model on one GPU: the timing model the
     browser panels run instead of the tiny model.
 
-    :meth:`iteration_time` is the roofline of :meth:`paged_kv.sim.IterationTime.roofline`: a step
-    reads every weight once and every cached K/V byte once at the GPU's bandwidth, and prefill
-    computes 2 FLOPs per parameter per token at its fp16 peak, both scaled by ``efficiency``
-    (0.5, as :class:`paged_kv.sim.ServingSetup`: the paper's regime).  :meth:`swap_time` is
-    :class:`paged_kv.engine.serving.SwapTime` with one copy per block, layer, K and V (vLLM v0's
-    ``swap_blocks``) over a PCIe 4.0 x16 link.  Both are assumptions of a model, not
-    measurements; the sim and engine layers hold the originals (numpy), the tests check equality.
+    :meth:`iteration_time` is :meth:`paged_kv.memory.decode_cost.IterationTime.roofline` (the
+    simulator's clock too): a step reads every weight once and every cached K/V byte once at the
+    GPU's bandwidth, and prefill computes 2 FLOPs per parameter per token at its fp16 peak, both
+    scaled by ``efficiency`` (0.5, as :class:`paged_kv.sim.ServingSetup`: the paper's regime).
+    :meth:`swap_time` is :class:`paged_kv.engine.timing_runner.SwapTime` with one copy per block,
+    layer, K and V (vLLM v0's ``swap_blocks``) over a PCIe 4.0 x16 link
+    (:data:`~paged_kv.engine.timing_runner.PCIE4_X16_BYTES_PER_S`,
+    :data:`~paged_kv.engine.timing_runner.COPY_CALL_S`).  Both are assumptions of a model, not
+    measurements; this class only picks the model's and GPU's numbers from the presets of
+    :mod:`paged_kv.memory` and holds no formula of its own.
 
     Args:
         model: a preset of :mod:`paged_kv.memory` (``"OPT-13B"``, ``"Llama-2-13B"``, ...), fp16.
@@ -83,30 +82,28 @@ class RooflineTiming:
         spec, g = memory.model_preset(self.model), memory.gpu_preset(self.gpu)
         if not (g.bandwidth > 0 and g.peak_flops > 0):
             raise ConfigError(f"GPU {self.gpu!r} has no bandwidth or peak FLOP/s to time a step by")
-        w = memory.weights_bytes(spec, "fp16")
         kv = memory.kv_bytes_per_token(spec, "fp16")
-        bw, fl = g.bandwidth * eff, g.peak_flops * eff
         object.__setattr__(self, "efficiency", eff)
-        object.__setattr__(self, "_coefficients", (w / bw, kv / bw, 2 * (w / 2) / fl))
-        object.__setattr__(self, "_swap", (2 * spec.num_layers, kv))
+        object.__setattr__(self, "_step", IterationTime.roofline(memory.weights_bytes(spec, "fp16"), kv,
+                                                                 g.bandwidth, g.peak_flops, eff))
+        object.__setattr__(self, "_swap", SwapTime(kv, spec.num_layers))
 
     @property
     def coefficients(self) -> tuple[float, float, float]:
         """``(base_s, per_kv_token_s, per_prefill_token_s)``: the step time is
         ``base_s + per_kv_token_s * kv_tokens + per_prefill_token_s * prefill_tokens``."""
-        return self._coefficients
+        step = self._step
+        return step.base_s, step.per_kv_token_s, step.per_prefill_token_s
 
     def iteration_time(self, kv_tokens: int, prefill_tokens: int) -> float:
         """Seconds of a step that holds ``kv_tokens`` tokens in the KV cache and prefills
         ``prefill_tokens`` (:class:`TimingRunner`'s ``iteration_time``)."""
-        base, per_kv, per_prefill = self._coefficients
-        return base + per_kv * kv_tokens + per_prefill * prefill_tokens
+        return self._step(kv_tokens, prefill_tokens)
 
     def swap_time(self, num_blocks: int, block_size: int) -> float:
         """Seconds to move ``num_blocks`` blocks of ``block_size`` tokens one way between GPU and
         CPU memory (:class:`TimingRunner`'s ``swap_time``)."""
-        copies_per_block, kv = self._swap
-        return copies_per_block * num_blocks * COPY_CALL_S + num_blocks * block_size * kv / PCIE4_X16_BYTES_PER_S
+        return self._swap(num_blocks, block_size)
 
     def describe(self) -> str:
         """The timing model in words, for a panel's status line."""

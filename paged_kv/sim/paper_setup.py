@@ -31,9 +31,10 @@ from .traces import Trace, length_model, synthetic_trace
 __all__ = ["A100_40GB", "FIG2_SEGMENTS", "PAPER_RESULTS", "PAPER_SETUP", "POLICIES", "ServingSetup", "comparison_rows",
            "fig2_rows", "format_table", "make_policy"]
 
-# NVIDIA A100 40GB SXM4 datasheet: HBM2 bandwidth 1,555 GB/s; fp16 Tensor Core 312 TFLOPS (dense).
-A100_40GB = {"hbm_bytes_per_s": 1.555e12, "fp16_flops_per_s": 312e12,
-             "source": "NVIDIA A100 Tensor Core GPU datasheet (40GB SXM4)"}
+# The paper's GPU, from its preset in paged_kv.memory (one home for the datasheet's numbers: HBM2
+# bandwidth 1,555 GB/s; fp16/bf16 Tensor Core 312 TFLOPS dense), as the names the roofline takes.
+_A100 = memory.gpu_preset("A100-40GB")
+A100_40GB = {"hbm_bytes_per_s": _A100.bandwidth, "fp16_flops_per_s": _A100.peak_flops, "source": _A100.perf_source}
 
 # The numbers the paper prints, to show beside ours.  Cited facts, not results of this package.
 # Fig. 2 ("Average percentage of memory wastes in different LLM serving systems during the

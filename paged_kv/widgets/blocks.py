@@ -3,7 +3,7 @@
 :func:`block_panel` puts ipywidgets around a panel model (:class:`~paged_kv.panels.block_pool.BlockPoolPanel`,
 or :class:`~paged_kv.panels.block_pool.ForkPanel` with ``sharing``), which holds every decision: the
 buttons only turn a click into an action (add a request: prompt text, or just a length, a prompt
-of that many spaces; decode a step; finish a request; fork one) and draw the
+of that many spaces; decode a step; finish a request; fork one; append one token to one) and draw the
 :class:`~paged_kv.panels.base.Step` the model returns, so this panel and the browser edition's
 controls cannot disagree.  The model's state wraps a :class:`~paged_kv.engine.LiveRequests` (the
 tiny model serving requests over one pool of KV blocks); the figure (:mod:`paged_kv.viz.blocks`)
@@ -65,7 +65,8 @@ def block_panel(model=None, tokenizer=None, num_blocks: int = 24, block_size: in
     With ``model=None`` and ``load_model`` the bundled tiny model is loaded.  ``use_figure_widget``:
     ``None`` tries ``go.FigureWidget`` and falls back to redrawing into an ``Output``.
     ``sharing=True`` (chapter 6) adds a "fork" button (the selected request forks, sharing its
-    blocks) and draws the sharing overlays (:mod:`paged_kv.viz.sharing`: shared blocks framed,
+    blocks) and an "append to selected" button (one token for the selected request alone: its
+    first write into a shared block copies it), and draws the sharing overlays (:mod:`paged_kv.viz.sharing`: shared blocks framed,
     copy-on-write copies as arrows); "finish" then also prunes a beam.  ``sampling`` is how every
     sequence picks its tokens (default greedy; forks only diverge when sampling).
     The panel's ``.live`` attribute is the :class:`LiveRequests` of its current state, and
@@ -93,6 +94,7 @@ def block_panel(model=None, tokenizer=None, num_blocks: int = 24, block_size: in
     which = w.Dropdown(options=[], description="request", layout=w.Layout(width="220px"))
     finish = w.Button(description="finish" if not sharing else "finish / prune", button_style="warning")
     fork = w.Button(description="fork", button_style="info")
+    append = w.Button(description="append to selected")
     status = w.HTML(layout=w.Layout(height="7.5em", overflow="auto"))   # fixed: the figure stays put
 
     def redraw(note: str = "") -> None:
@@ -119,8 +121,9 @@ def block_panel(model=None, tokenizer=None, num_blocks: int = 24, block_size: in
     decode.on_click(act(lambda: {"op": "step"}))
     finish.on_click(act(lambda: {"op": "finish", "request": which.value}))
     fork.on_click(act(lambda: {"op": "fork", "request": which.value}))
+    append.on_click(act(lambda: {"op": "append", "request": which.value}))
     redraw()
-    buttons = [decode, which, fork, finish] if sharing else [decode, which, finish]
+    buttons = [decode, which, fork, append, finish] if sharing else [decode, which, finish]
     panel = w.VBox([w.HBox([prompt, add_text, length, add_len]), w.HBox(buttons),
                     status, fig if out is None else out])
     panel.live = _CurrentLive(current)

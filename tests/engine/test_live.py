@@ -131,3 +131,71 @@ def test_random_sessions_keep_every_invariant():
             assert all(s not in live.manager.seq_ids for s in live.waiting)
 
     run()
+
+
+def test_appending_to_one_child_copies_the_shared_last_block_for_it_alone():
+    """vLLM paper §4.4: a 13-token prompt in blocks of 4 (the last block holds 1 token) forked into
+    two children: every block has three holders.  One token for child 1 alone copies the partly
+    filled last block for child 1 only (the copy has one holder, the shared block one fewer); the
+    parent and child 2 keep their tokens and blocks.  Finishing child 1 returns exactly its copy."""
+    live = LiveRequests(None, None, num_blocks=8, block_size=4)
+    root = live.add(13)
+    kids = [live.fork(root), live.fork(root)]
+    alloc = live.manager.allocator
+    shared = live.manager.block_table(root).block_ids
+    assert [alloc.ref_count(b) for b in shared] == [3, 3, 3, 3] and live.manager.num_free_blocks == 4
+    assert live.step(only=kids[0]) == []
+    own = live.manager.block_table(kids[0]).block_ids
+    assert own[:3] == shared[:3] and own[3] not in shared                  # its own copy of the last block
+    assert live.history.events[-1].copies == ((shared[3], own[3]),)
+    assert [alloc.ref_count(b) for b in shared] == [3, 3, 3, 2] and alloc.ref_count(own[3]) == 1
+    for seq in (root, kids[1]):                                           # untouched
+        assert live.manager.block_table(seq).block_ids == shared and live.manager.num_tokens(seq) == 13
+    assert live.manager.num_tokens(kids[0]) == 14 and len(live.tokens[kids[0]]) == 14
+    free = live.manager.num_free_blocks
+    live.finish(kids[0])
+    assert live.history.events[-1].freed_blocks == (own[3],)              # its own block, nothing shared
+    assert live.manager.num_free_blocks == free + 1
+    assert [alloc.ref_count(b) for b in shared] == [2, 2, 2, 2]
+    live.manager.check()
+
+
+def test_appending_to_one_request_in_a_full_pool_preempts_the_latest_arrival():
+    """The same rule as a full step (§4.5): appending to request 0 preempts the latest arrival (1);
+    appending to the latest arrival itself preempts it, and readmission waits for a full step."""
+    live = LiveRequests(None, None, num_blocks=3, block_size=2)
+    a, b, c = live.add(2), live.add(2), live.add(2)                     # every block full
+    notes = live.step(only=a)
+    assert notes == ["request 0 needs a block, none free: request 2 preempted (latest arrival), to be recomputed"]
+    assert live.running == [a, b] and list(live.waiting) == [c] and live.manager.num_tokens(a) == 3
+    live.finish(a)                                                      # two blocks free
+    assert live.step(only=b) == [] and list(live.waiting) == [c]        # appending readmits nobody
+    notes = live.step()          # 2 is readmitted into the last block, then needs one more: itself
+    assert notes[0].startswith("request 2 readmitted") and notes[1].startswith("request 2 needs a block")
+    assert live.running == [b] and list(live.waiting) == [c]
+    live.manager.check()
+    with pytest.raises(BlockError, match="request 2 is waiting to be recomputed"):
+        live.step(only=c)
+    assert live.manager.num_tokens(b) == 4 and list(live.waiting) == [c]
+
+
+@pytest.mark.parametrize("bad", [7, -1, True, "0", [0], 0.5])
+def test_appending_to_a_request_that_is_not_running_is_refused_by_value(bad):
+    live = LiveRequests(None, None, num_blocks=4, block_size=2)
+    live.add(3)
+    with pytest.raises(BlockError, match="is not running"):
+        live.step(only=bad)
+    assert live.manager.num_tokens(0) == 3 and len(live.history.snapshots) == 2
+
+
+def test_preempt_frees_the_blocks_and_queues_the_request_for_recompute():
+    live = LiveRequests(None, None, num_blocks=4, block_size=2)
+    a, b = live.add(3), live.add(2)
+    live.preempt(a, "by the reader")
+    assert live.running == [b] and list(live.waiting) == [a] and a not in live.pending
+    assert live.manager.num_free_blocks == 3 and "preempted (by the reader)" in live.history.events[-1].text
+    with pytest.raises(BlockError, match="request 0 is already preempted"):
+        live.preempt(a)
+    with pytest.raises(BlockError, match="request 5 is not running"):
+        live.preempt(5)
+    assert "request 0 readmitted" in live.step()[0] and sorted(live.running) == [0, 1]

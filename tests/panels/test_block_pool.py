@@ -94,6 +94,38 @@ def test_fork_raises_ref_counts_and_the_first_write_copies_the_shared_last_block
     s.live.manager.check()
 
 
+def test_append_to_one_sample_copies_the_shared_last_block_for_it_alone_and_finish_frees_its_own():
+    """The panel's "append to selected" (vLLM paper §4.4): after a fork every block has 3 holders;
+    one token for sample 1 copies the partly filled last block (block 3, 1 token) for sample 1
+    only, so block 3 has one holder fewer and the others keep theirs; pruning sample 1 then
+    returns exactly its copy."""
+    model = ForkPanel(num_blocks=16, block_size=4)
+    s, _ = run(model, [{"op": "add", "prompt": "To be, or not"}, {"op": "fork", "request": 0, "n": 2}])
+    m = s.live.manager
+    assert [m.allocator.ref_count(b) for b in range(4)] == [3, 3, 3, 3] and m.num_free_blocks == 12
+    s = model.apply(s, {"op": "append", "request": 1})
+    m = s.live.manager
+    (copy,) = s.live.history.events[-1].copies
+    assert copy[0] == 3 and m.block_table(1).block_ids == [0, 1, 2, copy[1]] and copy[1] >= 4
+    assert [m.allocator.ref_count(b) for b in range(4)] == [3, 3, 3, 2] and m.allocator.ref_count(copy[1]) == 1
+    assert [m.num_tokens(q) for q in (0, 1, 2)] == [13, 14, 13] and m.num_free_blocks == 11
+    assert m.block_table(0).block_ids == m.block_table(2).block_ids == [0, 1, 2, 3] and s.message == ""
+    s = model.apply(s, {"op": "finish", "request": 1})
+    m = s.live.manager
+    assert s.live.history.events[-1].freed_blocks == (copy[1],) and m.num_free_blocks == 12
+    assert [m.allocator.ref_count(b) for b in range(4)] == [2, 2, 2, 2]
+    m.check()
+
+
+def test_append_is_refused_without_sharing_and_for_a_waiting_request():
+    pool = BlockPoolPanel(num_blocks=8, block_size=4)
+    assert "unknown action 'append'" in step(pool, pool.initial(), {"op": "append", "request": 0}).note
+    model = ForkPanel(num_blocks=8, block_size=4)
+    s, steps = run(model, [{"op": "add", "prompt": "abcd"}, {"op": "preempt", "request": 0},
+                           {"op": "append", "request": 0}])
+    assert "request 0 is waiting to be recomputed" in steps[2].note and list(s.live.waiting) == [0]
+
+
 @pytest.mark.parametrize("action, error, words", [
     ({"op": "add_length", "length": 100}, OutOfBlocksError, "out of KV blocks"),
     ({"op": "add", "prompt": ""}, PromptError, "no tokens"),
@@ -102,6 +134,8 @@ def test_fork_raises_ref_counts_and_the_first_write_copies_the_shared_last_block
     ({"op": "finish", "request": 7}, BlockError, "request 7"),
     ({"op": "finish"}, BlockError, "no request to finish"),
     ({"op": "preempt", "request": 7}, BlockError, "request 7 is not running"),
+    ({"op": "append", "request": 7}, BlockError, "request 7 is not running"),
+    ({"op": "append"}, BlockError, "no request to append to"),
     ({"op": "fork", "request": 0, "n": MAX_FORKS + 1}, ConfigError, f"at most {MAX_FORKS}"),
     ({"op": "fork", "request": 0, "n": 0}, ConfigError, "samples to fork"),
     ({"op": "view", "view": "3d"}, ConfigError, "unknown view '3d'"),
@@ -134,7 +168,7 @@ def test_demo_actions_are_json_and_run_without_error(cls):
     actions = json.loads(json.dumps(cls.demo_actions))
     state, steps = run(cls(), actions)
     ops = {a["op"] for a in actions}
-    assert {"add", "step", "finish"} <= ops and ("fork" in ops) == (cls is ForkPanel)
+    assert {"add", "step", "finish"} <= ops and ("fork" in ops) == ("append" in ops) == (cls is ForkPanel)
     assert any(s.note for s in steps)                                   # it shows a refusal too
     assert sum(1 for s in steps if not s.note) >= len(steps) - 1
     assert all(isinstance(s.status, str) and figure_json(s.figure) for s in steps)

@@ -59,6 +59,7 @@ BLOCK_CONTROLS = [   # (button, method of LiveRequests it calls, what the next c
     ("decode step", "step", lambda live: live.manager.num_tokens(0) == 20),
     ("finish / prune", "finish", lambda live: live.requests == []),
     ("fork", "fork", lambda live: live.requests == [0, 1]),
+    ("append to selected", "step", lambda live: live.manager.num_tokens(0) == 20),
 ]
 
 

@@ -77,8 +77,8 @@ def test_panel_forks_a_request_and_shows_the_copy(use_figure_widget):
     panel = block_panel(load_model=False, num_blocks=8, block_size=4, sharing=True,
                         use_figure_widget=use_figure_widget)
     live = panel.live
-    (prompt, add_text, length, add_len), (decode, which, fork, finish) = (panel.children[0].children,
-                                                                          panel.children[1].children)
+    (prompt, add_text, length, add_len), (decode, which, fork, append, finish) = (panel.children[0].children,
+                                                                                  panel.children[1].children)
     length.value = 6
     add_len.click()
     fork.click()                                                 # request 0 is selected by the panel
@@ -88,6 +88,12 @@ def test_panel_forks_a_request_and_shows_the_copy(use_figure_widget):
     last = live.history.snapshots[-2:]
     assert [len(s.event.copies) for s in last] == [1, 0]
     assert live.manager.block_table(0).block_ids != live.manager.block_table(1).block_ids
+    fork.click()                                                 # request 2 shares 0's blocks
+    assert append.description == "append to selected" and which.value == 0
+    which.value = 2
+    append.click()                                               # 2 alone writes: its own copy
+    assert live.history.events[-1].copies and live.manager.num_tokens(2) == 8
+    assert live.manager.num_tokens(0) == live.manager.num_tokens(1) == 7
 
 
 def test_savings_bars_are_horizontal_in_stacked_panels_each_number_on_its_own_row():
