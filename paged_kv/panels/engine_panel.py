@@ -18,7 +18,7 @@ Why copy the engine: a panel model is pure (:mod:`paged_kv.panels.base`), and an
 package's own mutable object.  :meth:`EnginePanel.apply` deep-copies it and acts on the copy; the
 step records (frozen :class:`~paged_kv.engine.StepRecord`), the model's weights, the tokenizer and
 the token source are shared, not copied, so the copy costs the scheduler's and pools' bookkeeping
-only (``tests/panels/test_serving.py`` measures it).  The ipywidgets panel keeps one engine for the
+only (``tests/panels/test_serving_panel.py`` measures it).  The ipywidgets panel keeps one engine for the
 reader to inspect (``panel.engine``) and calls :meth:`EnginePanel.act` on it, the same decisions in
 place.
 """
