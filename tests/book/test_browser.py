@@ -4,20 +4,16 @@ Every request to a host other than 127.0.0.1 is blocked and recorded, so the pag
 offline. Screenshots go to tests/_artifacts/ for a person to look at.
 """
 
-import functools
-import http.server
-import shutil
-import threading
 from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
 
+from browser_support import CHROMIUM, launch_browser, serve
 from conftest import ROOT, toc_files
 
 pytestmark = pytest.mark.browser
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 ARTIFACTS = ROOT / "tests" / "_artifacts"
 
 if CHROMIUM is None:
@@ -28,26 +24,14 @@ playwright = pytest.importorskip("playwright.sync_api", reason="browser test ski
 
 @pytest.fixture(scope="module")
 def server(built_book):
-    class Quiet(http.server.SimpleHTTPRequestHandler):
-        def log_message(self, *args):
-            pass
-
-    handler = functools.partial(Quiet, directory=str(built_book))
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd, url = serve(built_book)
+    yield url
     httpd.shutdown()
 
 
 @pytest.fixture(scope="module")
 def browser():
-    with playwright.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=[
-            "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-            "--disable-background-networking", "--disable-component-update", "--disable-sync"])
-        yield b
-        b.close()
+    yield from launch_browser(playwright)
 
 
 def open_page(browser, url, width=1280):

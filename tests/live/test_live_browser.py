@@ -10,25 +10,21 @@ folder.  Every request to a host
 other than 127.0.0.1 is blocked and recorded.  Screenshots go to tests/_artifacts/.
 """
 
-import functools
-import http.server
 import os
-import shutil
 import subprocess
 import sys
-import threading
 from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
 
+from browser_support import CHROMIUM, launch_browser, serve
 from live_helpers import ROOT, cpython_hashes, live_assets, pure_wheel  # noqa: F401 (fixtures)
 
 from paged_kv.panels import registry, step
 
 pytestmark = pytest.mark.browser
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 ARTIFACTS = ROOT / "tests" / "_artifacts"
 JB = Path(sys.executable).parent / "jupyter-book"
 
@@ -70,19 +66,6 @@ def build_page(source: Path, out: Path, live: bool, wheel: Path | None = None) -
     return html
 
 
-def serve(folder: Path):
-    class Quiet(http.server.SimpleHTTPRequestHandler):
-        extensions_map = {**http.server.SimpleHTTPRequestHandler.extensions_map,
-                          ".mjs": "text/javascript", ".wasm": "application/wasm"}
-
-        def log_message(self, *args):
-            pass
-
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(folder)))
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    return httpd, f"http://127.0.0.1:{httpd.server_address[1]}"
-
-
 @pytest.fixture(scope="module")
 def ch3_site(tmp_path_factory, live_assets, pure_wheel):
     html = build_page(ROOT / "book" / "03_kv_memory.md", tmp_path_factory.mktemp("ch3"), live=True, wheel=pure_wheel)
@@ -93,12 +76,7 @@ def ch3_site(tmp_path_factory, live_assets, pure_wheel):
 
 @pytest.fixture(scope="module")
 def browser():
-    with playwright.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=[
-            "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-            "--disable-background-networking", "--disable-component-update", "--disable-sync"])
-        yield b
-        b.close()
+    yield from launch_browser(playwright)
 
 
 def open_page(browser, url, width=1280):
