@@ -86,6 +86,7 @@ class BlockSpaceManager:
         self.cache = PrefixCache(block_size, hash_fn) if enable_prefix_caching else None
         self.allocator.cache = self.cache
         self._cached_upto: dict[Hashable, int] = {}    # per sequence: leading blocks registered
+        self._short_tail: set = set()   # sequences truncated into a shared last block (see truncate)
 
     # --- queries ------------------------------------------------------------------------------
     @property
@@ -338,6 +339,8 @@ class BlockSpaceManager:
             self.allocator.free(src)                   # one holder fewer, never 0 here
             table.block_ids[-1] = dst
             self._copies.append((src, dst))
+        if self._short_tail:                           # its last block is now its own or written
+            self._short_tail.discard(check_seq_id(seq_id))
         table.num_tokens += 1
         return table.slot(table.num_tokens - 1)
 
@@ -370,6 +373,91 @@ class BlockSpaceManager:
         copies, self._copies = self._copies, []
         return copies
 
+    # --- rollback (speculative decoding, chapter 9) ------------------------------------------
+    def truncate(self, seq_id, num_tokens: int) -> list[int]:
+        """Roll ``seq_id`` back to its first ``num_tokens`` tokens; returns the block ids that went
+        back to the free list (their ref count reached 0), in the order they went: last logical
+        block first, as :meth:`free` returns them.
+
+        Speculative decoding (Leviathan et al., "Fast Inference from Transformers via Speculative
+        Decoding", ICML 2023) writes K/V for ``k`` draft tokens, verifies them in one target pass
+        and keeps the accepted ones; the rejected slots are taken back here.  vLLM v1 rolls back
+        in its scheduler (``Scheduler.update_from_output``: ``num_computed_tokens -= num_rejected``)
+        and keeps the request's blocks for the next step's tokens to overwrite; we also release
+        the blocks wholly past the new length, so the free count says what a sequence really
+        holds (at most ``BS - 1`` wasted slots, as after any append).
+
+        What changes: the table keeps ``ceil(num_tokens / BS)`` blocks; a partly used last block
+        is kept (its slots past the cut are free to be written again); each block past it loses
+        this table as a holder, and one whose count reaches 0 goes back to the free list exactly
+        as :meth:`free` sends it (:meth:`BlockAllocator.free`): without a prefix cache to the
+        *tail*, the last logical block first, so they are handed out again behind every block
+        already free, the last logical block first (FIFO: the pool's order does not depend on
+        whether a block held a draft); with a prefix cache, a block that caches nothing (a draft
+        block is never registered) goes to the *head*, the last logical block first, so the
+        first dropped block ends at the very head and the next allocation, typically the next
+        draft, takes it back (nothing is evicted for it); a registered block stays cached-free
+        at the tail.  Truncating to the current length changes nothing and returns ``[]``.
+
+        Forks: a dropped block still held by another table only loses a holder, and no slot is
+        written, so the other sequences' tokens never change.  A cut inside a *shared* last block
+        leaves it shared, this table holding fewer of its tokens than the others: no copy now (a
+        rollback never needs a free block), and copy-on-write still guards it, since the next
+        :meth:`append_slot` into a shared, partly filled block copies it first
+        (:meth:`check` allows the uneven count for such a sequence only).  A queued copy-on-write
+        copy into a block freed here is dropped, as :meth:`free` does (the block may be handed
+        out before the cache applies the queue); a copy into the kept last block stays (it
+        carries the sequence's own earlier tokens).
+
+        Prefix caching: the sequence counts as registered up to its kept full blocks.  A dropped
+        registered block keeps its entry (its K/V are still those of its verified prefix).  A cut
+        *inside* a registered block is refused: a registered block holds only verified tokens
+        (the engine registers nothing unverified), which a rollback never takes back, and a kept
+        partial block must not stay findable by a hash of tokens the table no longer holds.
+
+        Args:
+            seq_id: a sequence on the GPU.
+            num_tokens: tokens to keep, ``1 <= num_tokens <=`` its current length.  Not 0: a
+                sequence holds at least one token (every table does, :meth:`check`); dropping
+                them all is :meth:`free`.
+
+        Raises:
+            BlockError: ``seq_id`` not a str/int, unknown, or swapped out; ``num_tokens`` not an
+                int, below 1 or above the sequence's length; a cut inside a registered block.
+                Nothing changes.
+        """
+        if check_seq_id(seq_id) in self._swapped:
+            raise BlockError(f"sequence {seq_id!r} is swapped out: swap it in before truncating it")
+        table = self._table(seq_id)
+        seq_id = check_seq_id(seq_id)
+        try:
+            n = count("num_tokens (tokens to keep)", num_tokens, 1, error=BlockError)
+        except BlockError as e:
+            raise BlockError(f"{e}; a sequence keeps >= 1 token (free() drops them all)") from None
+        if n > table.num_tokens:
+            raise BlockError(f"cannot truncate sequence {seq_id!r} to {n} tokens: it holds {table.num_tokens}")
+        if n == table.num_tokens:
+            return []
+        bs, keep = self.block_size, blocks_needed(n, self.block_size)
+        if self.cache is not None and n % bs and table.block_ids[keep - 1] in self.cache:
+            raise BlockError(f"cannot truncate sequence {seq_id!r} to {n} tokens: the cut falls inside block "
+                             f"{table.block_ids[keep - 1]} (logical {keep - 1}), registered in the prefix cache; "
+                             f"a registered block holds verified tokens, never rolled back")
+        dropped = table.block_ids[keep:]
+        del table.block_ids[keep:]
+        table.num_tokens = n
+        freed = [b for b in reversed(dropped) if self.allocator.free(b) == 0]
+        if seq_id in self._cached_upto:
+            self._cached_upto[seq_id] = min(self._cached_upto[seq_id], n // bs)
+        if n % bs and self.allocator.ref_count(table.block_ids[-1]) > 1:
+            self._short_tail.add(seq_id)
+        else:
+            self._short_tail.discard(seq_id)
+        if self._copies and freed:
+            gone = set(freed)
+            self._copies = [(src, dst) for src, dst in self._copies if dst not in gone]
+        return freed
+
     # --- sharing and freeing ------------------------------------------------------------------
     def fork(self, parent_id, child_id) -> BlockTable:
         """Start ``child_id`` as a copy of ``parent_id`` that *shares* all its blocks (ref counts +1).
@@ -386,6 +474,8 @@ class BlockSpaceManager:
         for block_id in parent.block_ids:
             self.allocator.share(block_id)
         self._tables[child_id] = parent.copy()
+        if check_seq_id(parent_id) in self._short_tail:          # the same fill as its parent
+            self._short_tail.add(child_id)
         if self.cache is not None:
             self._cached_upto[child_id] = self._cached_upto.get(check_seq_id(parent_id), 0)
         return parent.copy()
@@ -399,6 +489,7 @@ class BlockSpaceManager:
         may be handed to another sequence before the cache applies the queue, and a stale copy
         must never land in it.  Raises ``BlockError`` for an unknown (e.g. already freed) sequence.
         """
+        self._short_tail.discard(check_seq_id(seq_id))
         if check_seq_id(seq_id) in self._swapped:               # its blocks are in the CPU pool
             table = self._swapped.pop(check_seq_id(seq_id))
             for b in table.block_ids:
@@ -496,11 +587,12 @@ class BlockSpaceManager:
         full, sits at its entry's depth, and its parent link names the entry of the table's
         previous block (held blocks are never evicted, so a table's cached blocks are one chain);
         a shared block holds the same number of tokens in every table (shared blocks are never
-        written); every queued copy-on-write copy goes into a block some table holds.
+        written), except that a sequence :meth:`truncate` cut inside its shared last block may hold
+        fewer (it copies before it writes); every queued copy-on-write copy goes into a block some table holds.
         """
         self.allocator.check()
         holders: Counter[int] = Counter()
-        fill: dict[int, set[int]] = {}
+        fill: dict[int, dict] = {}                     # block -> {seq_id: tokens it holds there}
         for seq_id, table in self._tables.items():
             if table.num_tokens < 1 or len(table) != blocks_needed(table.num_tokens, self.block_size):
                 raise BlockError(f"sequence {seq_id!r} holds {len(table)} blocks for {table.num_tokens} tokens")
@@ -508,7 +600,7 @@ class BlockSpaceManager:
                 raise BlockError(f"sequence {seq_id!r} holds a block twice: {table.block_ids}")
             holders.update(table.block_ids)
             for logical, block_id, filled in table.entries():
-                fill.setdefault(block_id, set()).add(filled)
+                fill.setdefault(block_id, {})[seq_id] = filled
         for block_id in range(self.num_blocks):
             if self.allocator.ref_count(block_id) != holders[block_id]:
                 raise BlockError(f"block {block_id} has ref count {self.allocator.ref_count(block_id)} "
@@ -528,7 +620,8 @@ class BlockSpaceManager:
                         raise BlockError(f"cached block {block_id} of sequence {seq_id!r} does not follow "
                                          f"its previous block {table.block_ids[logical - 1]} in the cache")
                     before = e
-        uneven = {b: sorted(f) for b, f in fill.items() if len(f) > 1}
+        uneven = {b: sorted(set(f.values())) for b, f in fill.items()
+                  if any(k < max(f.values()) and s not in self._short_tail for s, k in f.items())}
         if uneven:
             raise BlockError(f"shared blocks hold different token counts in different tables: {uneven}")
         if self.cpu_allocator is not None:
