@@ -1,7 +1,7 @@
 """An event history of a block manager, with plain-data snapshots a figure can replay.
 
 :class:`BlockHistory` drives a real :class:`~paged_kv.blocks.BlockSpaceManager` (allocate a
-prompt, append a decode token, fork, free) and after every event records a :class:`Snapshot`:
+prompt, append a decode token, fork, truncate, free) and after every event records a :class:`Snapshot`:
 per physical block its holders (sequence, logical index), tokens filled and ref count, plus every
 block table and the free list.  Snapshots hold only ints, strings and tuples, so the static book
 rebuilds its figures from them with no live objects (``paged_kv.viz.blocks``).
@@ -53,11 +53,16 @@ class BlockState:
 
 @dataclass(frozen=True)
 class Event:
-    """What happened: ``kind`` is ``"start"``, ``"allocate"``, ``"append"``, ``"fork"``, ``"free"``
-    or ``"preempt"`` (freed to be recomputed later).
+    """What happened: ``kind`` is ``"start"``, ``"allocate"``, ``"append"``, ``"fork"``, ``"free"``,
+    ``"preempt"`` (freed to be recomputed later) or ``"truncate"`` (rolled back to fewer tokens:
+    speculative decoding's rejected draft slots taken back).
 
     ``new_blocks``: ids taken from the free list; ``freed_blocks``: ids returned to it;
-    ``slots``: slots written; ``copies``: copy-on-write ``(src, dst)``; ``text``: a caption.
+    ``slots``: slots written; ``copies``: copy-on-write ``(src, dst)``; ``rolled_back``: the
+    physical slots of the tokens a truncate dropped, in position order (slot ``// BS`` is the block,
+    ``% BS`` the offset: a figure marks them; some lie in the kept last block, the rest in blocks
+    it released); ``dropped``: their positions ``(start, end)``, end exclusive (``()`` for other
+    kinds); ``text``: a caption.
     """
 
     kind: str
@@ -67,6 +72,8 @@ class Event:
     slots: tuple[int, ...] = ()
     copies: tuple[tuple[int, int], ...] = ()
     text: str = ""
+    rolled_back: tuple[int, ...] = ()
+    dropped: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -226,6 +233,28 @@ class BlockHistory:
         self.labels.pop(seq_id, None)
         return self._record(Event("free", seq_id, (), freed, (), (),
                                   f"{self.noun} {seq_id}: finished, blocks {list(freed)} back on the free list"))
+
+    def truncate(self, seq_id, num_tokens: int) -> Snapshot:
+        """Roll ``seq_id`` back to its first ``num_tokens`` tokens (rejected draft tokens,
+        :meth:`BlockSpaceManager.truncate`).  Recorded as kind ``"truncate"``: ``freed_blocks`` the
+        ids back on the free list (the last logical block first), ``rolled_back`` the slots of the
+        dropped tokens and ``dropped`` their positions, both read before the cut; the labels past
+        the cut are dropped.  A truncate to the current length is recorded too, dropping nothing."""
+        if not self.record:
+            self.manager.truncate(seq_id, num_tokens)
+            return None
+        held = seq_id in self.manager.seq_ids            # else the manager's truncate names the error
+        slots = self.manager.slot_mapping(seq_id) if held else []
+        freed = tuple(self.manager.truncate(seq_id, num_tokens))
+        old = len(slots)
+        n = self.manager.num_tokens(seq_id)
+        if seq_id in self.labels:
+            del self.labels[seq_id][n:]
+        rolled = tuple(slots[n:])
+        what = (f"positions {n}..{old - 1} rolled back (slots {list(rolled)})" if rolled else "nothing rolled back")
+        back = f", blocks {list(freed)} back on the free list" if freed else ", no block freed"
+        return self._record(Event("truncate", seq_id, (), freed, (), (),
+                                  f"{self.noun} {seq_id}: kept {n} tokens, {what}{back}", rolled, (n, old)))
 
     def preempt(self, seq_id, reason: str = "") -> Snapshot:
         """``seq_id`` is preempted by recompute (vLLM paper §4.5): all its blocks are freed at once
