@@ -209,6 +209,10 @@ class BlockSpaceManager:
         step being scheduled has run (the scheduler registers then, as vLLM v1 does; the last sampled
         token never has, rule 1).  A block already cached (a hit, or shared) is skipped.  Each new
         entry stores the block's own ``BS`` tokens and, as its parent, the entry of the block before it.
+        Registration stops before a block another sequence holds fewer tokens of (it was cut
+        inside it, shared, by :meth:`truncate`): once that sequence is its last holder it writes
+        into it in place, so the block must not be findable by these tokens; a later call goes on
+        once that sequence has copied or freed it.
 
         Raises:
             BlockError: unknown sequence, or ``num_computed`` past the tokens the table holds.
@@ -229,8 +233,12 @@ class BlockSpaceManager:
         parent = self.cache.entry(table.block_ids[start - 1]) if start else None
         if start and parent is None:                   # held blocks are never evicted: a broken invariant
             raise BlockError(f"block {table.block_ids[start - 1]} of sequence {seq_id!r} lost its cache entry")
+        short = {self._tables[s].block_ids[-1] for s in self._short_tail if s in self._tables}
         for i in range(start, full):
             b = table.block_ids[i]
+            if b in short:                             # another holder may still write into it
+                full = i
+                break
             entry = self.cache.entry(b)
             if entry is None:                          # the parent link: the entry of block i - 1
                 entry = self.cache.register(b, hashes[i], token_ids[i * bs:(i + 1) * bs], extra_key, parent)
@@ -413,7 +421,9 @@ class BlockSpaceManager:
         registered block keeps its entry (its K/V are still those of its verified prefix).  A cut
         *inside* a registered block is refused: a registered block holds only verified tokens
         (the engine registers nothing unverified), which a rollback never takes back, and a kept
-        partial block must not stay findable by a hash of tokens the table no longer holds.
+        partial block must not stay findable by a hash of tokens the table no longer holds.  A
+        shared block cut into here is not registered by the other holders while this sequence
+        holds it short (:meth:`cache_full_blocks`): as its last holder it would write in place.
 
         Args:
             seq_id: a sequence on the GPU.
