@@ -1,6 +1,7 @@
 """Block bookkeeping: the allocator's free list and ref counts, block tables, on-demand blocks,
 slot mapping, fork + copy-on-write, the paper's Figure 6-7 trace, and a hypothesis state machine
-that checks every invariant after every step (and tests that each check can fire)."""
+(allocate / append / fork / truncate / free) that checks every invariant after every step (and
+tests that each check can fire)."""
 
 import pytest
 from hypothesis import settings
@@ -400,7 +401,7 @@ def test_each_manager_check_fires(kind, match):
 
 # --- the state machine ------------------------------------------------------------------------
 class BlockManagerMachine(RuleBasedStateMachine):
-    """Random allocate / append / fork / free against a model of what each sequence holds.
+    """Random allocate / append / fork / truncate / free against a model of what each sequence holds.
 
     A dict stands for the KV cache (slot -> token value): every token a sequence writes goes to
     its slot, copy-on-write copies are applied as the real cache must, and after every step each
@@ -466,8 +467,9 @@ class BlockManagerMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def decode_step(self, data):
         """One token for several sequences at once, as a decode step does: the manager's count of
-        blocks it takes is exact and all-or-nothing; optionally a sequence is freed before the
-        cache applies the copies (a preemption mid-step), whose queued copies must be dropped."""
+        blocks it takes is exact and all-or-nothing; optionally a sequence is freed (a preemption
+        mid-step) or truncated below this step's token (a rejected draft) before the cache applies
+        the copies: a queued copy into a block that went back to the free list must be dropped."""
         seqs = data.draw(st.lists(st.sampled_from(sorted(self.tokens)), min_size=1, unique=True))
         needed = self.m.blocks_to_append_all(seqs)
         free_before = self.m.num_free_blocks
@@ -481,7 +483,13 @@ class BlockManagerMachine(RuleBasedStateMachine):
             (tok,) = self._new_tokens(1)
             self.tokens[s].append(tok)
         victim = data.draw(st.none() | st.sampled_from(seqs))
-        if victim is not None:
+        if victim is not None and len(self.tokens[victim]) > 1 and data.draw(st.booleans()):
+            n = data.draw(st.integers(1, len(self.tokens[victim]) - 1))   # a rejected draft: taken back
+            if self._may_truncate(victim, n):
+                self.m.truncate(victim, n)
+                del self.tokens[victim][n:]
+                del slots[victim]
+        elif victim is not None:
             self.m.free(victim)
             del self.tokens[victim]
             del slots[victim]
@@ -489,6 +497,40 @@ class BlockManagerMachine(RuleBasedStateMachine):
         self._apply_copies()
         for s, slot in slots.items():
             self.cache[slot] = self.tokens[s][-1]
+
+    def _may_truncate(self, seq, n) -> bool:
+        """Whether ``truncate(seq, n)`` is allowed; if not (a cut inside a registered block), check
+        that it raises and changes nothing."""
+        keep = blocks_needed(n, self.BS)
+        last = self.m.block_table(seq).block_ids[keep - 1]
+        if self.m.cache is None or n % self.BS == 0 or last not in self.m.cache:
+            return True
+        before = state(self.m)
+        with pytest.raises(BlockError, match="registered in the prefix cache"):
+            self.m.truncate(seq, n)
+        assert state(self.m) == before
+        return False
+
+    @precondition(lambda self: self.tokens)
+    @rule(data=st.data())
+    def truncate(self, data):
+        """Roll a sequence back (rejected draft tokens): the blocks past the cut lose a holder, the
+        returned ids are exactly those whose count reached 0, last logical block first, each now on
+        the free list; the kept blocks are the table's first ones; a no-op cut changes nothing."""
+        seq = data.draw(st.sampled_from(sorted(self.tokens)))
+        n = data.draw(st.integers(1, len(self.tokens[seq])))
+        if not self._may_truncate(seq, n):
+            return
+        table, free_before, before = self.m.block_table(seq), self.m.num_free_blocks, state(self.m)
+        keep = blocks_needed(n, self.BS)
+        freed = self.m.truncate(seq, n)
+        assert freed == [b for b in reversed(table.block_ids[keep:]) if self.m.allocator.ref_count(b) == 0]
+        assert self.m.num_free_blocks == free_before + len(freed)
+        assert set(freed) <= set(self.m.allocator.free_list())
+        assert self.m.block_table(seq).block_ids == table.block_ids[:keep]
+        if n == len(self.tokens[seq]):
+            assert freed == [] and state(self.m) == before
+        del self.tokens[seq][n:]
 
     @precondition(lambda self: self.tokens)
     @rule(data=st.data())
