@@ -12,7 +12,7 @@ exercises and later the scheduler can drive the bookkeeping alone, fast.
 * :mod:`~paged_kv.blocks.block_table`: :class:`BlockTable` (logical -> physical), :func:`blocks_needed`,
   :func:`stored_tokens` and :func:`group_blocks_needed` (the peak of ``n`` samples sharing a prompt);
 * :mod:`~paged_kv.blocks.manager`: :class:`BlockSpaceManager` (allocate, append, fork with
-  copy-on-write, free);
+  copy-on-write, truncate for speculative decoding's rollback (chapter 9), free);
 * :mod:`~paged_kv.blocks.history`: :class:`BlockHistory`, plain-data snapshots for figures,
   :func:`paper_trace` (the paper's Figures 6-7), :func:`paper_sampling_trace` (Figure 8),
   :func:`paper_beam_trace` (Figure 9);

@@ -15,6 +15,10 @@ Fork and copy-on-write (§4.4, used for parallel sampling and beam search):
 copy); the first append into a *shared, partly filled* last block copies that block to a fresh
 one, and the ``(src, dst)`` copy is queued for the cache (:meth:`BlockSpaceManager.take_copies`).
 
+Rollback (chapter 9, speculative decoding): :meth:`BlockSpaceManager.truncate` takes a sequence back
+to its first ``n`` tokens (rejected draft slots), releasing the blocks past the cut as
+:meth:`BlockSpaceManager.free` does; a shared tail stays shared and copy-on-write still guards it.
+
 Automatic prefix caching (chapter 8; vLLM v1): with ``enable_prefix_caching`` a full block is
 registered in a :class:`~paged_kv.blocks.prefix_cache.PrefixCache` by
 :meth:`BlockSpaceManager.cache_full_blocks`, a new prompt starts from the blocks it hits

@@ -6,6 +6,9 @@ prefix-cache rules, every error, and the history's ``truncate`` event.  The bloc
 machine (``tests/blocks/test_manager.py``) drives truncate among random allocate / append / fork /
 free steps too."""
 
+import dataclasses
+import json
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -375,6 +378,7 @@ def test_history_records_the_rollback():
     for t in "xyz":
         h.append("s", t)
     snap = h.truncate("s", 7)
+    json.dumps(dataclasses.asdict(snap))                            # plain data, as every snapshot
     ev = snap.event
     assert (ev.kind, ev.seq_id, ev.freed_blocks, ev.rolled_back, ev.dropped) == ("truncate", "s", (2,), (7, 8), (7, 9))
     assert ev.new_blocks == () and ev.slots == () and ev.copies == ()
