@@ -38,6 +38,7 @@ ALLOWED = {
     "storage": LEAVES | {"kernels", "model", "blocks", "memory"},
     "decoding": LEAVES | {"model", "storage", "blocks"},
     "engine": LEAVES | {"memory", "model", "storage", "blocks", "scheduling", "sim", "decoding"},
+    "spec_decode": LEAVES | {"memory", "model", "storage", "blocks", "scheduling", "sim", "decoding", "engine"},
     "viz": LEAVES | {"memory", "blocks", "sim"},
     # the panel models run in Pyodide too: what they import must load without torch and numpy
     # (checked at run time by the pure-layers test below, not by this table)
