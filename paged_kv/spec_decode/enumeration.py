@@ -48,21 +48,31 @@ def speculative_distribution(target: Model, draft: Model, context: Sequence[int]
     """
     k, horizon = count("k", k), count("horizon", horizon)
 
-    def run(choose: Chooser) -> list[int]:
-        ctx, out = tuple(context), []
-        while len(out) < horizon:
+    def one_round(ctx: tuple) -> dict[tuple[int, ...], Fraction]:
+        def run(choose: Chooser) -> list[int]:
             drafts, q = [], []
             for _ in range(k):
                 dist = list(draft(ctx + tuple(drafts)))
                 q.append(dist)
                 drafts.append(choose(dist))
             p = [list(target(ctx + tuple(drafts[:i]))) for i in range(k + 1)]
-            step = rule(drafts, q, p, choose)
-            out += step
-            ctx += tuple(step)
-        return out[:horizon]
+            return rule(drafts, q, p, choose)
+        return rule_outcomes(run)
 
-    return rule_outcomes(run)
+    # Rounds composed by dynamic programming over the output so far (a round's outcomes depend on
+    # the context alone), instead of replaying whole runs: the branches multiply per round.
+    result: dict[tuple[int, ...], Fraction] = {}
+    frontier: dict[tuple[int, ...], Fraction] = {(): Fraction(1)}
+    while frontier:
+        nxt: dict[tuple[int, ...], Fraction] = {}
+        for out, weight in frontier.items():
+            for step, w in one_round(tuple(context) + out).items():
+                longer = out + step
+                into = result if len(longer) >= horizon else nxt
+                key = longer[:horizon]
+                into[key] = into.get(key, Fraction(0)) + weight * w
+        frontier = nxt
+    return result
 
 
 def target_distribution(target: Model, context: Sequence[int], horizon: int) -> dict[tuple[int, ...], Fraction]:
