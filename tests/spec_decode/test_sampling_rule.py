@@ -65,3 +65,22 @@ def test_seeded_runs_repeat():
     runs = [[speculative_sample([1], [q], [p, p], uniform_chooser(random.Random(s).random)) for s in range(20)]
             for _ in range(2)]
     assert runs[0] == runs[1]
+
+
+def test_the_pure_modules_run_with_torch_and_numpy_blocked():
+    """The rule and the enumeration are what the browser build can run: neither torch nor numpy."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+    code = ("import sys\n"
+            "class B:\n"
+            "    def find_spec(self, n, p=None, t=None):\n"
+            "        if n.split('.')[0] in ('torch', 'numpy'): raise ImportError(n)\n"
+            "sys.meta_path.insert(0, B())\n"
+            "from fractions import Fraction as F\n"
+            "from paged_kv.spec_decode.enumeration import exact_output_distribution\n"
+            "a, b = exact_output_distribution(lambda c: [F(1, 3), F(2, 3)], lambda c: [F(1, 2), F(1, 2)], (), 2, 3)\n"
+            "print(a == b, len(a))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.split() == ["True", "8"], proc.stderr[-2000:]
