@@ -16,7 +16,8 @@ Both are run by :func:`~paged_kv.spec_decode.sampling_rule.rule_outcomes`, which
 process once per branch, so the enumerated rule is :func:`speculative_sample` itself (or the
 ``rule`` given, for the planted mistakes of the tests).  Branches: at most ``V**k`` draft paths times
 ``k + 1`` acceptance events times ``V`` last tokens per round; keep ``V``, ``k`` and ``horizon``
-small (V <= 4, k <= 3, horizon <= k + 2 run in well under a second).
+small (V <= 4, k <= 3, horizon <= k + 1: at most a second or so each; rounds are composed by
+dynamic programming over the output so far, so the cost grows with the outputs, not the runs).
 
 Pure Python: no torch, no numpy.
 """
