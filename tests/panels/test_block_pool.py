@@ -281,4 +281,4 @@ def test_a_prompt_given_by_length_reads_as_its_count_of_spaces():
     status = model.status(s)
     # the 12 prompt spaces and the stand-in's first token after the prefill, a space again
     assert "request 0 (stand-in): 13 spaces (a prompt given by its length)" in status
-    assert "request 1 (stand-in): 'a b'" in status
+    assert "request 1 (stand-in): 'a b" in status          # quoted as typed, then its stand-in
