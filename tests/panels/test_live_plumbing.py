@@ -61,6 +61,23 @@ def test_the_worker_answers_json_the_parity_hash_is_of_figure_json():
         worker.act(r["handle"], '{"op": "set"}')
 
 
+def test_a_step_draws_with_the_books_template_whatever_plotlys_default_is():
+    import plotly.io as pio
+
+    from paged_kv.viz import TEMPLATE
+
+    model = CalculatorPanel()
+    before = pio.templates.default
+    try:
+        pio.templates.default = TEMPLATE
+        book = figure_json(step(model, model.initial(), None).figure)
+        pio.templates.default = "plotly_dark"
+        assert figure_json(step(model, model.initial(), None).figure) == book
+        assert pio.templates.default == "plotly_dark"                # put back as it was
+    finally:
+        pio.templates.default = before
+
+
 def test_the_placeholder_offers_run_live_or_says_the_build_has_none(monkeypatch):
     monkeypatch.delenv(page.LIVE_ENV, raising=False)
     on = page.placeholder("calculator", {"batch_size": 4, "model": "Llama-3-8B"}, figure_id="fig-1")
