@@ -2,10 +2,11 @@
 
 The page's worker (``book/_ext/live/worker.mjs``) loads Pyodide, installs the pure wheel, and
 calls :func:`create` when a reader clicks "Run live", then :func:`act` for every action.  Both
-answer the JSON text of ``{"handle", "figure", "figure_sha256", "status", "note", "controls"}``:
-``figure`` is the plotly figure as :func:`~paged_kv.panels.base.figure_json` writes it (parsed, so
-the page hands it to ``Plotly.react``), ``figure_sha256`` the sha256 of that text (what the parity
-and browser tests compare with CPython's), ``note`` a refusal's message (else ``""``).
+answer the JSON text of ``{"handle", "panel", "figure", "figure_sha256", "status", "note",
+"controls"}``: ``figure`` is the plotly figure as :func:`~paged_kv.panels.base.figure_json` writes
+it, spliced into the reply as that text (the page parses the reply once and hands the figure to
+``Plotly.react``), ``figure_sha256`` the sha256 of that text (what the parity and browser tests
+compare with CPython's), ``note`` a refusal's message (else ``""``).
 
 The panels live in this module's table of handles for as long as the page is open.  Importing
 this module sets plotly's defaults as the book does (:func:`paged_kv.viz.setup_plotly`: the
@@ -33,12 +34,16 @@ _handles = itertools.count(1)
 
 
 def reply(handle: int, model, result: Step) -> str:
-    """The JSON text a worker call answers for ``result``, a :class:`~paged_kv.panels.base.Step`."""
+    """The JSON text a worker call answers for ``result``, a :class:`~paged_kv.panels.base.Step`.
+
+    The figure's text goes in as :func:`figure_json` wrote it: parsing it back only to serialize
+    it again cost a figure's worth of JSON twice per action."""
     text = figure_json(result.figure)
-    return json.dumps({"handle": handle, "panel": model.name, "figure": json.loads(text),
+    rest = json.dumps({"handle": handle, "panel": model.name,
                        "figure_sha256": hashlib.sha256(text.encode()).hexdigest(),
                        "status": result.status, "note": result.note, "controls": model.controls()},
                       ensure_ascii=False)
+    return f'{rest[:-1]},"figure":{text}}}'
 
 
 def create(name: str, args_json: str = "{}") -> str:
