@@ -1,7 +1,8 @@
 // Parity in Node: run each registry panel's demo_actions in Pyodide and print the sha256 of the
 // figure JSON after each step (the first: the panel's initial figure), one JSON object on the
 // last line: {"<panel>": ["<sha256>", ...], ...}. tests/live/test_parity.py compares them with
-// CPython's.
+// CPython's (which never warms up: a warm-up step between the actions, as the page's worker runs
+// them, must change nothing).
 //
 // Usage: node scripts/live_parity.mjs ASSETS_DIR PURE_WHEEL
 //   ASSETS_DIR: what scripts/live_assets.py fetched (pyodide/ and wheels/)
@@ -36,6 +37,7 @@ for (const name of names) {
   let r = JSON.parse(worker.create(name, "{}"));
   const hashes = [r.figure_sha256];
   for (const a of actions) {
+    worker.warm();           // as the page's worker does when idle: must change none of the figures
     r = JSON.parse(worker.act(r.handle, JSON.stringify(a)));
     hashes.push(r.figure_sha256);
   }

@@ -39,6 +39,10 @@ class PanelModel:
 
     #: the panel's name in the page (``data-panel="..."``) and in the browser worker
     name: str = ""
+    #: a short session of actions that uses every kind of action the panel has: the parity test
+    #: replays it in Pyodide and CPython, and the browser's worker runs it, thrown away, to warm
+    #: the panel's code paths before the reader's first action (:func:`paged_kv.panels.worker.warm`)
+    demo_actions: list[dict] = []
 
     def initial(self) -> Any:
         """The state before the reader's first action."""

@@ -61,6 +61,33 @@ def test_the_worker_answers_json_the_parity_hash_is_of_figure_json():
         worker.act(r["handle"], '{"op": "set"}')
 
 
+def test_warming_up_changes_nothing_the_reader_sees():
+    """worker.warm replays each panel's demo session on a private chain of states: the panel's own
+    figures, after it and with it run in between, are those of a panel that never warmed."""
+    def session(name, warm_between):
+        r = json.loads(worker.create(name))
+        shas = [r["figure_sha256"]]
+        if warm_between:
+            assert worker.warm() is True                   # one step, and steps left
+        for a in registry.panel_class(name).demo_actions:
+            shas.append(json.loads(worker.act(r["handle"], json.dumps(a)))["figure_sha256"])
+            if warm_between:
+                worker.warm()
+        worker.forget(r["handle"])
+        return shas
+
+    for name in registry.available():
+        cold = session(name, False)
+        r = json.loads(worker.create(name))
+        while worker.warm():                               # the whole demo session, thrown away
+            pass
+        assert worker.warm() is False
+        again = json.loads(worker.act(r["handle"], json.dumps(registry.panel_class(name).demo_actions[0])))
+        assert again["figure_sha256"] == cold[1], name
+        worker.forget(r["handle"])
+        assert session(name, True) == cold, name
+
+
 def test_a_step_draws_with_the_books_template_whatever_plotlys_default_is():
     import plotly.io as pio
 

@@ -36,6 +36,26 @@ async function boot() {
   return { pyodide, worker, bootMs: t3 - t0, boot: phases };
 }
 
+// After a panel's first figure is posted, the worker replays the panel's demo session, thrown
+// away (paged_kv.panels.worker.warm: nothing the reader sees changes), one step per task, so that
+// the reader's first action finds its code paths warm; an action that arrives meanwhile waits for
+// one step at most.
+let warming = false;
+function warmSoon(worker) {
+  if (warming) return;
+  warming = true;
+  setTimeout(() => {
+    warming = false;
+    let more = false;
+    try {
+      more = worker.warm();
+    } catch (err) {
+      console.warn(`live mode: warming up failed: ${err && err.message || err}`);
+    }
+    if (more) warmSoon(worker);
+  }, 0);
+}
+
 self.onmessage = async (e) => {
   const m = e.data;
   try {
@@ -46,6 +66,7 @@ self.onmessage = async (e) => {
       : m.cmd === "act" ? worker.act(m.handle, m.action)
       : (() => { throw new Error(`unknown command ${m.cmd}`); })();
     self.postMessage({ id: m.id, ok: true, result, ms: performance.now() - t0, bootMs, boot: phases });
+    if (m.cmd === "create") warmSoon(worker);
   } catch (err) {
     self.postMessage({ id: m.id, ok: false, error: String(err && err.message || err) });
   }
