@@ -13,7 +13,9 @@ time, it replays the panel's ``demo_actions`` on a private chain of states that 
 panel's first state and whose figures and replies are thrown away.  A panel model is pure (its
 ``apply`` never changes the state it is given), so this changes nothing the reader sees; it runs
 once the code every kind of action runs (plotly's validators for each figure's properties, the
-engine's paths), so that the reader's first action does not pay for that.
+engine's paths), so that the reader's first action does not pay for that.  A panel's warm-up
+ends at its first action (:func:`act`): an action that arrives during a step waits for that step
+only, and the reader's later actions never wait for one.
 
 The panels live in this module's table of handles for as long as the page is open.  Importing
 this module sets plotly's defaults as the book does (:func:`paged_kv.viz.setup_plotly`: the
@@ -102,6 +104,9 @@ def act(handle: int, action_json: str) -> str:
     except ValueError as e:
         raise ConfigError(f"an action must be JSON, got {action_json!r:.80} ({e})") from e
     model, state = _panels[handle]
+    # from the reader's first action on, their actions run the code paths: a warm-up step would
+    # only make the next one wait
+    _warming.pop(handle, None)
     result = step(model, state, action)
     _panels[handle][1] = result.state
     return reply(handle, model, result)

@@ -86,6 +86,10 @@ def test_warming_up_changes_nothing_the_reader_sees():
         assert again["figure_sha256"] == cold[1], name
         worker.forget(r["handle"])
         assert session(name, True) == cold, name
+        r = json.loads(worker.create(name))                # the first action ends the panel's warm-up
+        worker.act(r["handle"], json.dumps(registry.panel_class(name).demo_actions[0]))
+        assert worker.warm() is False
+        worker.forget(r["handle"])
 
 
 def test_a_step_draws_with_the_books_template_whatever_plotlys_default_is():

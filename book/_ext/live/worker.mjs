@@ -2,8 +2,9 @@
 //
 // Everything comes from this site's _static/live/ folder (book/_ext/live_mode.py puts it there):
 // Pyodide's core files in pyodide/, the wheels listed in manifest.json in wheels/. A wheel is
-// unpacked straight into site-packages (no micropip, no package index, no CDN), then the wheels'
-// precompiled bytecode (bytecode.zip, if the build has it) over them.
+// unpacked straight into site-packages (no micropip, no package index, no CDN), then the
+// precompiled bytecode of the wheels and of the package (bytecode.zip, if the build has it; made
+// by scripts/live_bytecode.mjs for this build's pure wheel) over them.
 // Messages in: {id, cmd: "create", name, args} | {id, cmd: "act", handle, action}; out:
 // {id, ok: true, result: <JSON text of paged_kv.panels.worker's reply>, ms} | {id, ok: false, error}.
 import { loadPyodide } from "./pyodide/pyodide.mjs";
@@ -38,8 +39,8 @@ async function boot() {
 
 // After a panel's first figure is posted, the worker replays the panel's demo session, thrown
 // away (paged_kv.panels.worker.warm: nothing the reader sees changes), one step per task, so that
-// the reader's first action finds its code paths warm; an action that arrives meanwhile waits for
-// one step at most.
+// the reader's first action finds its code paths warm. The panel's first action ends its warm-up;
+// an action that arrives during a step waits for that step only.
 let warming = false;
 function warmSoon(worker) {
   if (warming) return;
