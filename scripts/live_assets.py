@@ -10,9 +10,12 @@ What is fetched is pinned in ``book/_ext/live/lock.json``:
   ``pip download --no-deps`` with a hash-pinned requirements file (pip checks the sha256; so does
   this script).
 
-Then, with Debian's nodejs, ``scripts/live_bytecode.mjs`` precompiles in Pyodide itself the modules
-of those wheels that a panel loads, into ``.live_assets/bytecode.zip`` (optional: a cold start
-without it compiles them from source, seconds slower).
+The book's build then asks :func:`bytecode` for the precompiled bytecode of the pure wheel it
+serves: with Debian's nodejs, ``scripts/live_bytecode.mjs`` compiles in Pyodide itself the modules
+of those wheels that a panel loads and every module of the pure wheel, into
+``.live_assets/bytecode/<key>.zip``, kept for as long as the pins, the script and the package's
+sources are those of the key (optional: a cold start without it compiles them from source, seconds
+slower).
 
 Without npm, or when a fetch fails, it says so and exits 0 without leaving a partial folder: the
 book then builds without live mode (its pages say "Live mode is not in this build").  A second run
@@ -27,11 +30,13 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import sys
 import tarfile
 import tempfile
+import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -104,23 +109,46 @@ def _fetch_wheels(wheels: list, out: Path, tmp: Path) -> None:
         shutil.copy2(got, out / w["file"])
 
 
-def bytecode(dest: Path = DEST) -> Path | None:
-    """``dest/bytecode.zip``, the wheels' bytecode for Pyodide, made by ``scripts/live_bytecode.mjs``
-    unless it is there for the current lock; None without node or when it fails (said)."""
-    out, stamp = dest / "bytecode.zip", dest / "bytecode.lock-sha256"
-    want = sha256(LOCK) + sha256(ROOT / "scripts" / "live_bytecode.mjs")
-    if out.is_file() and stamp.is_file() and stamp.read_text() == want:
+BYTECODE_KEEP = 4          # zips kept in dest/bytecode/: a few pure wheels (builds, tests) at once
+
+
+def bytecode_key(wheel: Path) -> str:
+    """What the bytecode for ``wheel`` (a pure wheel) is made from: the sha256 of the lock (Pyodide
+    and the pinned wheels), of ``scripts/live_bytecode.mjs`` and of every ``.py`` file in
+    ``wheel`` (by name and content: a rebuilt wheel of the same sources keeps its bytecode)."""
+    h = hashlib.sha256(LOCK.read_bytes() + (ROOT / "scripts" / "live_bytecode.mjs").read_bytes())
+    with zipfile.ZipFile(wheel) as z:
+        for name in sorted(n for n in z.namelist() if n.endswith(".py")):
+            h.update(name.encode() + b"\0" + hashlib.sha256(z.read(name)).digest())
+    return h.hexdigest()
+
+
+def bytecode(wheel: Path, dest: Path = DEST) -> Path | None:
+    """The precompiled bytecode for the runtime under ``dest`` and the pure wheel ``wheel``, made
+    by ``scripts/live_bytecode.mjs`` (in Pyodide, with Debian's nodejs) unless
+    ``dest/bytecode/<key>.zip`` is there already (:func:`bytecode_key`: a changed source of the
+    package, pin or script makes a new one); None without node or when it fails (said).  The
+    package's own ``.pyc`` files in it are checked-hash, so even a zip made for other sources
+    would never run them (see the script)."""
+    folder = dest / "bytecode"
+    out = folder / f"{bytecode_key(wheel)}.zip"
+    if out.is_file():
         return out
     node = shutil.which("node") or shutil.which("nodejs")
     if node is None:
         print("live_assets: node not found: no precompiled bytecode (live mode starts slower)")
         return None
-    proc = subprocess.run([node, str(ROOT / "scripts" / "live_bytecode.mjs"), str(dest), str(out)],
+    folder.mkdir(parents=True, exist_ok=True)
+    part = out.with_suffix(f".{os.getpid()}.part")
+    proc = subprocess.run([node, str(ROOT / "scripts" / "live_bytecode.mjs"), str(dest), str(wheel), str(part)],
                           capture_output=True, text=True, timeout=900)
-    if proc.returncode != 0 or not out.is_file():
+    if proc.returncode != 0 or not part.is_file():
+        part.unlink(missing_ok=True)
         print(f"live_assets: precompiling failed (live mode starts slower): {proc.stderr[-600:]}")
         return None
-    stamp.write_text(want)
+    part.replace(out)                        # whole or not at all, for a build running at the same time
+    for old in sorted(folder.glob("*.zip"), key=lambda p: p.stat().st_mtime)[:-BYTECODE_KEEP]:
+        old.unlink(missing_ok=True)
     print(proc.stdout.strip().splitlines()[-1])
     return out
 
@@ -130,7 +158,6 @@ def fetch(dest: Path = DEST) -> bool:
     A failure is printed, the partial files removed, and False returned (never raised)."""
     dest = Path(dest)
     if not missing(dest, check_hashes=True):
-        bytecode(dest)
         return True
     pins = lock()
     with tempfile.TemporaryDirectory() as t:
@@ -150,7 +177,6 @@ def fetch(dest: Path = DEST) -> bool:
     total = sum(p.stat().st_size for p in expected(dest))
     print(f"live_assets: Pyodide {pins['pyodide']['version']} and {len(pins['wheels'])} wheels in {dest} "
           f"({total / 1e6:.1f} MB)")
-    bytecode(dest)
     return True
 
 

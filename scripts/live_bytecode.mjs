@@ -1,50 +1,62 @@
-// Precompile the pinned wheels' Python for Pyodide: live mode's cold start spends most of its
-// import of plotly compiling sources to bytecode (about 5x the import itself). This runs Pyodide in
-// Node, unpacks the wheels, imports what a panel imports and draws one figure of each trace kind
-// the book's panels use, then writes the bytecode of every module so loaded (unchecked-hash .pyc
-// files in their __pycache__ folders, paths relative to site-packages) into one zip. The page's
-// worker unpacks it over the wheels; a module missing from it is compiled from source as usual.
+// Precompile live mode's Python for Pyodide, so that the reader's first click does not compile
+// plotly and the package from source (compiling cost about 5x plotly's import itself). This runs
+// Pyodide in Node (so the bytecode has the magic number of Pyodide's own CPython), unpacks the
+// pinned wheels and the pure wheel into site-packages as the page's worker does, imports the
+// worker and runs every registry panel's demo session (create, each demo action, its warm-up), so
+// that every module a panel loads is loaded, then writes one zip of .pyc files in their
+// __pycache__ folders, paths relative to site-packages, which the worker unpacks over the wheels:
 //
-// Usage: node scripts/live_bytecode.mjs ASSETS_DIR OUT_ZIP   (scripts/live_assets.py runs it)
+// * the pinned wheels' modules that were loaded: unchecked-hash .pyc (their sources are pinned by
+//   sha256 in lock.json and never change under them);
+// * every module of the pure wheel, loaded or not: checked-hash .pyc. Python compares each with
+//   the hash of the source it sits next to and compiles that source instead when they differ, so
+//   a .pyc of other sources is never run (scripts/live_assets.py also makes a new zip for every
+//   other pure wheel).
+//
+// A module missing from the zip is compiled from source in the browser as usual.
+//
+// Usage: node scripts/live_bytecode.mjs ASSETS_DIR PURE_WHEEL OUT_ZIP   (scripts/live_assets.py runs it)
 import { readFileSync, readdirSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { pathToFileURL } from "node:url";
 
-const [assets, out] = process.argv.slice(2).map((p) => resolve(p));
+const [assets, pureWheel, out] = process.argv.slice(2).map((p) => resolve(p));
+if (!assets || !pureWheel || !out) {
+  console.error("usage: node scripts/live_bytecode.mjs ASSETS_DIR PURE_WHEEL OUT_ZIP");
+  process.exit(2);
+}
 const { loadPyodide } = await import(pathToFileURL(join(assets, "pyodide", "pyodide.mjs")).href);
 const pyodide = await loadPyodide({ indexURL: join(assets, "pyodide") + "/", packages: [] });
 const site = pyodide.runPython("import site; site.getsitepackages()[0]");
-for (const f of readdirSync(join(assets, "wheels")).filter((f) => f.endsWith(".whl"))) {
-  pyodide.unpackArchive(new Uint8Array(readFileSync(join(assets, "wheels", f))), "wheel", { extractDir: site });
+const wheels = readdirSync(join(assets, "wheels")).filter((f) => f.endsWith(".whl")).map((f) => join(assets, "wheels", f));
+for (const w of [...wheels, pureWheel]) {
+  pyodide.unpackArchive(new Uint8Array(readFileSync(w)), "wheel", { extractDir: site });
 }
+pyodide.globals.set("SITE", site);
 const n = pyodide.runPython(`
-import importlib.util, py_compile, sys, zipfile
-import plotly.graph_objects as go, plotly.io as pio
-from plotly.subplots import make_subplots
-from plotly.io.base_renderers import MimetypeRenderer
-pio.templates.default = "plotly_white"
-fig = make_subplots(rows=2, cols=1, specs=[[{"type": "table"}], [{"type": "xy"}]])
-fig.add_trace(go.Table(header=dict(values=["a"]), cells=dict(values=[[1]])), row=1, col=1)
-for trace in (go.Bar(x=[1], y=["a"], orientation="h"), go.Scatter(x=[1], y=[1], mode="lines+markers+text"),
-              go.Heatmap(z=[[1]], text=[["a"]], texttemplate="%{text}")):
-    fig.add_trace(trace, row=2, col=1)
-fig.add_shape(type="rect", x0=0, x1=1, y0=0, y1=1)
-bar = go.Figure(go.Bar(x=[1], y=["a"], orientation="h"))
-bar.add_vline(x=1, annotation_text="a")
-pio.to_json(bar, engine="json", validate=False)
-fig.update_layout(sliders=[dict(steps=[dict(method="update", args=[{}])])],
-                  updatemenus=[dict(buttons=[dict(method="update", args=[{}])])], legend=dict(orientation="h"))
-fig.update_xaxes(ticksuffix=" x"); fig.update_yaxes(type="log")
-pio.to_json(fig, engine="json", validate=False)
+import importlib.util, json, os, py_compile, sys, zipfile
+from paged_kv.panels import registry, worker
+
+for name in registry.available():          # a panel that does not import here is left out
+    r = json.loads(worker.create(name, "{}"))
+    for action in registry.panel_class(name).demo_actions:
+        worker.warm()
+        worker.act(r["handle"], json.dumps(action))
+    worker.forget(r["handle"])
+while worker.warm():
+    pass
+
+prefix = SITE + "/"
+own = sorted(os.path.join(d, f) for d, _, files in os.walk(prefix + "paged_kv") for f in files if f.endswith(".py"))
+loaded = sorted({m.__file__ for m in list(sys.modules.values()) if (getattr(m, "__file__", None) or "").endswith(".py")
+                 and m.__file__.startswith(prefix) and not m.__file__.startswith(prefix + "paged_kv/")})
+mode = py_compile.PycInvalidationMode
 with zipfile.ZipFile("/tmp/bytecode.zip", "w", zipfile.ZIP_DEFLATED) as z:
-    count = 0
-    for name, m in sorted(sys.modules.items()):
-        src = getattr(m, "__file__", None) or ""
-        if src.startswith("${site}/") and src.endswith(".py"):
+    for sources, how in ((loaded, mode.UNCHECKED_HASH), (own, mode.CHECKED_HASH)):
+        for src in sources:
             pyc = importlib.util.cache_from_source(src)
-            py_compile.compile(src, cfile=pyc, doraise=True, invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
-            z.write(pyc, pyc[len("${site}/"):])
-            count += 1
-count`);
+            py_compile.compile(src, cfile=pyc, doraise=True, invalidation_mode=how)
+            z.write(pyc, pyc[len(prefix):])
+f"{len(loaded)} modules of the pinned wheels and {len(own)} of the pure wheel"`);
 writeFileSync(out, pyodide.FS.readFile("/tmp/bytecode.zip"));
-console.log(`live_bytecode: ${n} modules precompiled into ${out}`);
+console.log(`live_bytecode: ${n} precompiled into ${out}`);

@@ -1,7 +1,8 @@
 // Parity in Node: run each registry panel's demo_actions in Pyodide and print the sha256 of the
 // figure JSON after each step (the first: the panel's initial figure), one JSON object on the
 // last line: {"<panel>": ["<sha256>", ...], ...}. tests/live/test_parity.py compares them with
-// CPython's.
+// CPython's (which never warms up: the page's worker's warm-up before the first action must change
+// nothing).
 //
 // Usage: node scripts/live_parity.mjs ASSETS_DIR PURE_WHEEL
 //   ASSETS_DIR: what scripts/live_assets.py fetched (pyodide/ and wheels/)
@@ -35,6 +36,7 @@ for (const name of names) {
   const actions = JSON.parse(pyodide.runPython(`import json\nfrom paged_kv.panels import registry\njson.dumps(registry.panel_class(${JSON.stringify(name)}).demo_actions)`));
   let r = JSON.parse(worker.create(name, "{}"));
   const hashes = [r.figure_sha256];
+  while (worker.warm());     // the whole warm-up, as the page's worker runs it before a first action
   for (const a of actions) {
     r = JSON.parse(worker.act(r.handle, JSON.stringify(a)));
     hashes.push(r.figure_sha256);

@@ -2,7 +2,7 @@
 
 ``paged_kv_pure-<version>-py3-none-any.whl`` in ``dist/`` holds the leaves (``errors``,
 ``validate``, ``units``, ``defaults``, ``sampling_params``), ``paged_kv/__init__.py``, the pure
-layers ``blocks``, ``scheduling`` and ``memory`` whole, the torch-free modules of ``model``
+layers ``blocks``, ``scheduling``, ``memory`` and ``spec_decode`` whole, the torch-free modules of ``model``
 (config, tokenizer, reduction order), ``engine`` (the engine loop, its timing runner, the live
 block panel's loop, outputs, metrics, token sources) and ``viz`` (every figure module but
 ``fragmentation``, which needs numpy, and ``text``, which needs IPython), the ``panels`` package
@@ -33,7 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 NAME = "paged_kv_pure"
 LEAVES = ("__init__", "errors", "validate", "units", "defaults", "sampling_params")
-LAYERS = ("blocks", "scheduling", "memory")          # pure Python, no numpy (sim needs numpy), whole
+LAYERS = ("blocks", "scheduling", "memory", "spec_decode")          # pure Python, no numpy (sim needs numpy), whole
 # Of these layers only the modules named (their __init__ files are lazy: they import nothing heavy).
 PARTS = {
     "model": ("__init__", "config", "tokenizer", "reduction_order"),

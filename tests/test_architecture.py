@@ -27,23 +27,23 @@ import pytest
 from conftest import ROOT
 
 LEAVES = {"errors", "validate", "units", "defaults", "sampling_params"}
-PURE = {"memory", "blocks", "scheduling", "sim"}             # pure Python: no torch, ever
+PURE = {"memory", "blocks", "scheduling", "sim", "spec_decode"}             # pure Python: no torch, ever
 # layer -> the layers of paged_kv it may import (besides itself); "kernels" is the top-level package.
 ALLOWED = {
     "memory": LEAVES,
     "blocks": LEAVES,
-    "scheduling": LEAVES | {"blocks"},
+    "spec_decode": LEAVES,
+    "scheduling": LEAVES | {"blocks", "spec_decode"},
     "sim": LEAVES | {"memory", "blocks", "scheduling"},
-    "model": LEAVES | {"kernels", "memory"},
+    "model": LEAVES | {"kernels", "memory", "spec_decode"},
     "storage": LEAVES | {"kernels", "model", "blocks", "memory"},
-    "decoding": LEAVES | {"model", "storage", "blocks"},
-    "engine": LEAVES | {"memory", "model", "storage", "blocks", "scheduling", "sim", "decoding"},
-    "spec_decode": LEAVES | {"memory", "model", "storage", "blocks", "scheduling", "sim", "decoding", "engine"},
+    "decoding": LEAVES | {"model", "storage", "blocks", "spec_decode"},
+    "engine": LEAVES | {"memory", "model", "storage", "blocks", "scheduling", "sim", "decoding", "spec_decode"},
     "viz": LEAVES | {"memory", "blocks", "sim"},
     # the panel models run in Pyodide too: what they import must load without torch and numpy
     # (checked at run time by the pure-layers test below, not by this table)
-    "panels": LEAVES | {"memory", "blocks", "scheduling", "model", "engine", "viz"},
-    "widgets": LEAVES | {"memory", "blocks", "sim", "model", "storage", "decoding", "engine", "viz", "panels"},
+    "panels": LEAVES | {"memory", "blocks", "scheduling", "model", "engine", "viz", "spec_decode"},
+    "widgets": LEAVES | {"memory", "blocks", "spec_decode", "sim", "model", "storage", "decoding", "engine", "viz", "panels"},
 }
 OURS = ("paged_kv", "kernels")
 

@@ -12,9 +12,11 @@
   (less the paths a wheel's ``drop`` in the lock lists: plotly's JavaScript bundles for Jupyter and
   its sample data, which Python in the browser never reads, 20 MB unpacked),
   the pure wheel of the package (``scripts/pure_wheel.py``; or the wheel ``PAGED_KV_PURE_WHEEL``
-  names), the wheels' precompiled bytecode when ``make assets`` could make it (``bytecode.zip``,
-  ``scripts/live_bytecode.mjs``), ``manifest.json`` (what the worker installs) and the live module and its worker
-  (``book/_ext/live/*.mjs``).  As MathJax in ``offline_assets``: nothing comes from a CDN, ever.
+  names), the precompiled bytecode of the modules a panel loads and of that pure wheel when node
+  can make it (``bytecode.zip``: ``live_assets.bytecode``, made by ``scripts/live_bytecode.mjs``
+  for this wheel's sources, once per change of them), ``manifest.json`` (what the worker installs)
+  and the live module and its worker (``book/_ext/live/*.mjs``).  As MathJax in
+  ``offline_assets``: nothing comes from a CDN, ever.
 """
 
 from __future__ import annotations
@@ -124,8 +126,9 @@ def _build_finished(app, exception):
         {"file": f, "bytes": (dest / "wheels" / f).stat().st_size,
          "sha256": hashlib.sha256((dest / "wheels" / f).read_bytes()).hexdigest()} for f in files],
         "bytecode": None}
-    if (assets.DEST / "bytecode.zip").is_file():
-        shutil.copy2(assets.DEST / "bytecode.zip", dest / "bytecode.zip")
+    made = assets.bytecode(wheel)               # for this very wheel (cached by its sources)
+    if made is not None:
+        shutil.copy2(made, dest / "bytecode.zip")
         manifest["bytecode"] = "bytecode.zip"
     (dest / "manifest.json").write_text(json.dumps(manifest, indent=1))
 

@@ -39,6 +39,10 @@ class PanelModel:
 
     #: the panel's name in the page (``data-panel="..."``) and in the browser worker
     name: str = ""
+    #: a short session of actions that uses every kind of action the panel has: the parity test
+    #: replays it in Pyodide and CPython, and the browser's worker runs it, thrown away, to warm
+    #: the panel's code paths before the reader's first action (:func:`paged_kv.panels.worker.warm`)
+    demo_actions: list[dict] = []
 
     def initial(self) -> Any:
         """The state before the reader's first action."""
@@ -100,11 +104,18 @@ def step(model: PanelModel, state: Any, action: Mapping[str, Any] | None) -> Ste
             state = model.apply(state, action)
         except PagedKVError as e:
             note = str(e)
-    default, pio.templates.default = pio.templates.default, TEMPLATE   # not fig.update_layout:
-    try:                                                               # that costs ~0.2 s a figure
+    # The template by plotly's default, not fig.update_layout (that costs ~0.2 s a figure); and
+    # set only when it is another: setting it validates the whole template (~30 ms each way),
+    # and the worker and the book already run under TEMPLATE.
+    default = pio.templates.default
+    if default == TEMPLATE:
         fig = model.figure(state)
-    finally:
-        pio.templates.default = default
+    else:
+        pio.templates.default = TEMPLATE
+        try:
+            fig = model.figure(state)
+        finally:
+            pio.templates.default = default
     return Step(state, fig, model.status(state), note)
 
 

@@ -260,7 +260,7 @@ class BlockPoolPanel(PanelModel):
         lines = [state.message] if state.message else []
         lines.append(f"{live.manager.num_free_blocks} of {self.num_blocks} blocks free; running {live.running}, "
                      f"waiting {list(live.waiting)}")
-        lines += [f"request {s}" + (f" ({source})" if source else "") + f": {text!r}"
+        lines += [f"request {s}" + (f" ({source})" if source else "") + ": " + _shown(text)
                   for s, text, source in self.request_lines(state)]
         if state.source is not None:
             lines.append(RECORDED_NOTE)
@@ -334,3 +334,12 @@ def _request(action: Mapping[str, Any], verb: str):
     if seq is None:
         raise BlockError(f"no request to {verb}")
     return seq
+
+
+def _shown(text: str) -> str:
+    """A request's text for the status line: quoted, or, when it is only spaces (a prompt given by
+    its length is that many spaces, and its stand-in repeats them), how many, since a quoted row
+    of blanks reads as nothing at all."""
+    if text and not text.strip(" "):
+        return f"{len(text)} spaces (a prompt given by its length)"
+    return repr(text)

@@ -4,7 +4,7 @@ Follows Leviathan, Kalman & Matias, "Fast Inference from Transformers via Specul
 (ICML 2023), §2.3, Algorithm 1 and Theorem 1, and Chen et al., "Accelerating Large Language Model
 Decoding with Speculative Sampling" (2023), Algorithm 2; vLLM v1's ``RejectionSampler``
 (``vllm/v1/sample/rejection_sampler.py``) is the same rule over tensors (ours:
-:mod:`paged_kv.spec_decode.rejection_sampler`).
+:mod:`paged_kv.model.rejection_sampler`).
 
 Given draft tokens ``x_1..x_k``, the draft's distributions ``q_1..q_k`` they were drawn from and the
 target's ``p_1..p_{k+1}`` at the same positions: accept ``x_i`` with probability

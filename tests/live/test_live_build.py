@@ -1,11 +1,17 @@
-"""The build side of live mode, without a browser: the pins, the switch, the served plotly."""
+"""The build side of live mode, without a browser: the pins, the switch, the served plotly, the
+precompiled bytecode."""
 
 import importlib.util
 import json
 import os
+import shutil
 import zipfile
 
-from live_helpers import ROOT, live_assets, script  # noqa: F401 (fixture)
+import pytest
+
+from live_helpers import ROOT, live_assets, pure_wheel, script  # noqa: F401 (fixtures)
+
+NODE = shutil.which("node") or shutil.which("nodejs")
 
 
 def _live_mode():
@@ -84,3 +90,40 @@ def test_the_served_wheel_leaves_out_only_the_dropped_paths(tmp_path):
     assert zipfile.ZipFile(out).read("w/__init__.py") == b"w/__init__.py"
     drops = {w["name"]: w.get("drop", []) for w in json.loads((ROOT / "book/_ext/live/lock.json").read_text())["wheels"]}
     assert not any(d.startswith("plotly/package_data/templates") for d in drops["plotly"])  # the book's template
+
+
+def test_the_bytecode_key_follows_the_pure_wheels_sources_not_its_timestamps(tmp_path, pure_wheel):
+    assets = script("live_assets")
+
+    def rewrite(out, change=None):
+        with zipfile.ZipFile(pure_wheel) as zin, zipfile.ZipFile(out, "w") as zout:
+            for info in zin.infolist():
+                data = zin.read(info)
+                if info.filename == change:
+                    data += b"\n# another source\n"
+                zout.writestr(zipfile.ZipInfo(info.filename, (2030, 1, 1, 0, 0, 0)), data)   # other timestamps
+        return out
+
+    key = assets.bytecode_key(pure_wheel)
+    assert assets.bytecode_key(rewrite(tmp_path / "same.whl")) == key
+    assert assets.bytecode_key(rewrite(tmp_path / "changed.whl", "paged_kv/panels/worker.py")) != key
+
+
+@pytest.mark.skipif(NODE is None, reason="Debian's nodejs is not installed: no precompiled bytecode")
+def test_the_bytecode_covers_every_module_of_the_pure_wheel_checked_against_its_source(live_assets, pure_wheel):
+    """Every module of the pure wheel has a checked-hash .pyc (Python runs it only for the source
+    it was compiled from), the pinned wheels' modules a panel loads unchecked-hash ones, all of
+    them with the magic number of one Python, Pyodide's."""
+    made = script("live_assets").bytecode(pure_wheel)
+    assert made is not None and made.name == f"{script('live_assets').bytecode_key(pure_wheel)}.zip"
+    tag = "cpython-" + script("live_assets").lock()["pyodide"]["python"].replace(".", "")
+    with zipfile.ZipFile(made) as z:
+        headers = {name: z.read(name)[:8] for name in z.namelist()}
+    own = [n for n in zipfile.ZipFile(pure_wheel).namelist() if n.endswith(".py")]
+    for src in own:
+        folder, _, file = src.rpartition("/")
+        assert headers[f"{folder}/__pycache__/{file[:-3]}.{tag}.pyc"][4:8] == (3).to_bytes(4, "little"), src
+    theirs = [n for n in headers if not n.startswith("paged_kv/")]
+    assert "plotly/__pycache__/__init__.%s.pyc" % tag in theirs and len(theirs) > 200
+    assert {headers[n][4:8] for n in theirs} == {(1).to_bytes(4, "little")}
+    assert len({h[:4] for h in headers.values()}) == 1

@@ -273,3 +273,12 @@ def test_a_live_requests_factory_is_driven_as_given():
     s, _ = run(model, [{"op": "add", "prompt": "abc"}, {"op": "step"}])
     assert made == [(5, 2)] and s.live.manager.num_tokens(0) == 4
     assert model.request_lines(s) == [] and "recorded" not in model.status(s)
+
+
+def test_a_prompt_given_by_length_reads_as_its_count_of_spaces():
+    model = BlockPoolPanel()
+    s, _ = run(model, [{"op": "add_length", "length": 12}, {"op": "add", "prompt": "a b"}])
+    status = model.status(s)
+    # the 12 prompt spaces and the stand-in's first token after the prefill, a space again
+    assert "request 0 (stand-in): 13 spaces (a prompt given by its length)" in status
+    assert "request 1 (stand-in): 'a b" in status          # quoted as typed, then its stand-in

@@ -61,6 +61,54 @@ def test_the_worker_answers_json_the_parity_hash_is_of_figure_json():
         worker.act(r["handle"], '{"op": "set"}')
 
 
+def test_warming_up_changes_nothing_the_reader_sees():
+    """worker.warm replays each panel's demo session on a private chain of states: the panel's own
+    figures, after it and with it run in between, are those of a panel that never warmed."""
+    def session(name, warm_between):
+        r = json.loads(worker.create(name))
+        shas = [r["figure_sha256"]]
+        if warm_between:
+            assert worker.warm() is True                   # one step, and steps left
+        for a in registry.panel_class(name).demo_actions:
+            shas.append(json.loads(worker.act(r["handle"], json.dumps(a)))["figure_sha256"])
+            if warm_between:
+                worker.warm()
+        worker.forget(r["handle"])
+        return shas
+
+    for name in registry.available():
+        cold = session(name, False)
+        r = json.loads(worker.create(name))
+        while worker.warm():                               # the whole demo session, thrown away
+            pass
+        assert worker.warm() is False
+        again = json.loads(worker.act(r["handle"], json.dumps(registry.panel_class(name).demo_actions[0])))
+        assert again["figure_sha256"] == cold[1], name
+        worker.forget(r["handle"])
+        assert session(name, True) == cold, name
+        r = json.loads(worker.create(name))                # the first action ends the panel's warm-up
+        worker.act(r["handle"], json.dumps(registry.panel_class(name).demo_actions[0]))
+        assert worker.warm() is False
+        worker.forget(r["handle"])
+
+
+def test_a_step_draws_with_the_books_template_whatever_plotlys_default_is():
+    import plotly.io as pio
+
+    from paged_kv.viz import TEMPLATE
+
+    model = CalculatorPanel()
+    before = pio.templates.default
+    try:
+        pio.templates.default = TEMPLATE
+        book = figure_json(step(model, model.initial(), None).figure)
+        pio.templates.default = "plotly_dark"
+        assert figure_json(step(model, model.initial(), None).figure) == book
+        assert pio.templates.default == "plotly_dark"                # put back as it was
+    finally:
+        pio.templates.default = before
+
+
 def test_the_placeholder_offers_run_live_or_says_the_build_has_none(monkeypatch):
     monkeypatch.delenv(page.LIVE_ENV, raising=False)
     on = page.placeholder("calculator", {"batch_size": 4, "model": "Llama-3-8B"}, figure_id="fig-1")

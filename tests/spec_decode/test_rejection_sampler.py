@@ -14,7 +14,7 @@ import torch
 from paged_kv.errors import ConfigError, TensorError
 from paged_kv.model import load_tiny_model
 from paged_kv.spec_decode import rule_outcomes, speculative_sample, uniform_chooser
-from paged_kv.spec_decode.rejection_sampler import rejection_sample
+from paged_kv.model.rejection_sampler import rejection_sample
 
 Z_ALPHA = {0.01: 2.3263, 0.001: 3.0902}          # the standard normal's upper quantiles
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import torch
 
 from ..errors import ConfigError, TensorError
-from .sampling_rule import FLOAT_TOLERANCE
+from ..spec_decode.sampling_rule import FLOAT_TOLERANCE
 
 __all__ = ["rejection_sample"]
 
