@@ -32,7 +32,7 @@ PURE = {"memory", "blocks", "scheduling", "sim", "spec_decode"}             # pu
 ALLOWED = {
     "memory": LEAVES,
     "blocks": LEAVES,
-    "spec_decode": LEAVES,
+    "spec_decode": LEAVES | {"blocks"},                  # replay.py drives the block manager
     "scheduling": LEAVES | {"blocks", "spec_decode"},
     "sim": LEAVES | {"memory", "blocks", "scheduling"},
     "model": LEAVES | {"kernels", "memory", "spec_decode"},

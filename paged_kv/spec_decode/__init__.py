@@ -13,7 +13,9 @@ rolled back (:meth:`paged_kv.blocks.BlockSpaceManager.truncate`).  Leviathan, Ka
 * :mod:`~paged_kv.spec_decode.sampling_rule`: :func:`speculative_sample`, the speculative-sampling
   rule (Leviathan et al. 2023, Alg. 1), exact over Fractions with an injected random source;
 * :mod:`~paged_kv.spec_decode.enumeration`: :func:`exact_output_distribution`, the output
-  distribution with and without speculation, enumerated exactly.
+  distribution with and without speculation, enumerated exactly;
+* :mod:`~paged_kv.spec_decode.replay`: :func:`replay_speculation`, greedy speculation's KV side
+  (propose, lookahead slots, accept, rollback) replayed through a block manager, no model.
 
 The same rule over tensors, for the engine, is :mod:`paged_kv.model.rejection_sampler` (torch).
 
@@ -24,9 +26,11 @@ from .acceptance import accept_greedy
 from .config import SPECULATIVE_METHODS, SpeculativeConfig
 from .enumeration import exact_output_distribution, speculative_distribution, target_distribution
 from .ngram import NgramProposer
+from .replay import PHASES, SlotState, SpecStep, SpeculationTrace, replay_speculation
 from .sampling_rule import (FLOAT_TOLERANCE, check_distribution, residual, rule_outcomes, speculative_sample,
                             uniform_chooser)
 
-__all__ = ["FLOAT_TOLERANCE", "SPECULATIVE_METHODS", "NgramProposer", "SpeculativeConfig", "accept_greedy",
+__all__ = ["FLOAT_TOLERANCE", "PHASES", "SPECULATIVE_METHODS", "NgramProposer", "SlotState", "SpecStep",
+           "SpeculationTrace", "SpeculativeConfig", "accept_greedy",
            "check_distribution", "exact_output_distribution", "residual", "rule_outcomes", "speculative_distribution",
-           "speculative_sample", "target_distribution", "uniform_chooser"]
+           "replay_speculation", "speculative_sample", "target_distribution", "uniform_chooser"]
