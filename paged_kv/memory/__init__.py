@@ -12,6 +12,9 @@ Pure Python (no torch), so the static calculator can run where torch does not.  
 * :mod:`~paged_kv.memory.decode_cost`: bytes and FLOPs of one decode step, arithmetic intensity,
   ridge points, both roofline bounds on a step's time (cached or recompute, chapter 1), the
   roofline bound and the memory wall on tokens/s (chapter 2);
+* :mod:`~paged_kv.memory.speculation`: when speculative decoding pays: tokens per verify pass
+  (Leviathan et al. 2023, eq. 1), the verify pass's roofline time, the speed-up, the crossover
+  batch (chapter 9);
 * :mod:`~paged_kv.memory.vllm_log`: a vLLM start-up log's KV-cache lines recomputed from the
   ledger (:func:`explain_vllm_log`, "why only X x?");
 * :mod:`~paged_kv.memory.startup_logs`: real start-up logs from public threads, cited, as data.
@@ -26,6 +29,7 @@ from .ledger import (as_spec, attention_variant, budget_range_for_slots, layers_
                      kv_heads_per_gpu, kv_slots, tokens_to_reach, weights_bytes)
 from .plan import MemoryPlan, max_batch_size, max_tokens, plan_memory
 from .presets import GPU_PRESETS, MODEL_PRESETS, PAPER_FIG1, PAPER_TABLE1, gpu_preset, model_preset, tiny_spec
+from .speculation import crossover_batch, draft_time, expected_tokens_per_pass, speedup, verify_step_time
 from .spec import WEIGHT_DTYPE_BITS, GPUSpec, ModelSpec, weights_dtype_name
 from .startup_logs import STARTUP_LOGS, StartupLog
 from .vllm_log import LogCheck, LogExplanation, VLLMPool, explain_vllm_log, parse_vllm_log, vllm_pool
@@ -40,5 +44,5 @@ __all__ = [
     "step_flops", "weights_read_per_step", "DecodeCeiling", "IterationTime", "StepTime", "generation_time",
     "max_decode_throughput", "step_time", "window_blocks", "window_max_blocks", "window_peak_blocks",
     "STARTUP_LOGS", "StartupLog", "LogCheck", "LogExplanation", "VLLMPool", "explain_vllm_log", "parse_vllm_log",
-    "vllm_pool",
+    "vllm_pool", "crossover_batch", "draft_time", "expected_tokens_per_pass", "speedup", "verify_step_time",
 ]
