@@ -7,8 +7,9 @@
 * :mod:`~paged_kv.model.attention`: :class:`AttentionMetadata` (what one forward pass attends to)
   and the torch/triton attention backends;
 * :mod:`~paged_kv.model.llama`: :class:`TinyLlama` (RMSNorm, RoPE, GQA, SwiGLU; HF-compatible names);
+* :mod:`~paged_kv.model.draft`: :func:`truncated_draft`, the first layers as a draft model (shared weights);
 * :mod:`~paged_kv.model.checkpoint`: the bundled checkpoint in ``weights/``, :func:`load_tiny_model`;
-* :mod:`~paged_kv.model.sampling`: :func:`sample` (applies a :class:`~paged_kv.sampling_params.SamplingParams`).
+* :mod:`~paged_kv.model.sampling`: :func:`sample`, :func:`probabilities` (apply a :class:`~paged_kv.sampling_params.SamplingParams`).
 
 The model does not know which cache it writes to: a cache object (``paged_kv.storage``) is passed
 to its forward pass with the metadata.
@@ -28,9 +29,10 @@ __getattr__, __dir__, __all__ = _lazy.attach(__name__, submodules=["sampling"], 
     "attention": ["BACKENDS", "AttentionMetadata", "check_backend", "decode_attention", "prefill_attention"],
     "checkpoint": ["load_checkpoint", "load_tiny_model", "save_checkpoint", "weights_dir"],
     "config": ["ModelConfig"],
+    "draft": ["truncated_draft"],
     "llama": ["TinyLlama", "load_hf_state_dict"],
     "reduction_order": ["ReductionOrder"],
-    "sampling": ["apply_penalties", "sample", "sample_generator"],
+    "sampling": ["apply_penalties", "probabilities", "sample", "sample_generator"],
     "tokenizer": ["ByteTokenizer"],
 })
 __all__.remove("sampling")

@@ -20,7 +20,7 @@ from ..errors import ConfigError, TensorError
 from ..sampling_params import SamplingParams
 from ..validate import count
 
-__all__ = ["apply_penalties", "sample", "sample_generator"]
+__all__ = ["apply_penalties", "probabilities", "sample", "sample_generator"]
 
 
 def sample_generator(seed: int, index: int = 0, device="cpu") -> torch.Generator:
@@ -66,6 +66,16 @@ def sample(logits: torch.Tensor, params: SamplingParams,
     if generators is None or len(generators) != logits.shape[0]:
         got = "none" if generators is None else len(generators)
         raise ConfigError(f"sampling needs one torch.Generator per row: {logits.shape[0]} rows, {got} given")
+    scores = _scores(logits, params)
+    probs = torch.softmax(scores, dim=-1).float().cpu()
+    picks = [torch.multinomial(probs[b], 1, generator=g) for b, g in enumerate(generators)]
+    return torch.cat(picks).to(logits.device)
+
+
+def _scores(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """``[B, V]`` float64 scores whose softmax is the sampled distribution: temperature, then
+    top-k, then top-p (``-inf`` for a token that cannot be drawn).  The one home of the rule, read
+    by :func:`sample` and :func:`probabilities` alike, so the two cannot drift apart."""
     # (logits - max) / T in float64: the best score is 0 and the rest <= 0, so nothing overflows however
     # small T is; as T -> 0 every token but the argmax(es) goes to -inf: the greedy limit, reached
     # smoothly (a plain logits / T overflows float32 below T ~ 1e-37 and gives NaN).
@@ -82,6 +92,33 @@ def sample(logits: torch.Tensor, params: SamplingParams,
         drop_sorted[:, 0] = False             # the most likely token is always kept, whatever top_p
         drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
         scores = scores.masked_fill(drop, float("-inf"))
-    probs = torch.softmax(scores, dim=-1).float().cpu()
-    picks = [torch.multinomial(probs[b], 1, generator=g) for b, g in enumerate(generators)]
-    return torch.cat(picks).to(logits.device)
+    return scores
+
+
+def probabilities(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """The distribution :func:`sample` draws from: ``logits [..., V] -> [..., V]`` fp32, each row
+    summing to 1 (fp32 rounding aside).
+
+    Speculative sampling needs it explicitly: the rejection rule (Leviathan et al. 2023, Alg. 1;
+    :func:`~paged_kv.model.rejection_sampler.rejection_sample`) compares the target's ``p`` with
+    the draft's ``q`` token by token, and both must be the distributions the sampler really uses
+    (after temperature, top-k, top-p), as vLLM v1 computes them before its ``RejectionSampler``.
+    Greedy (``temperature == 0``) is the one-hot of the argmax (the first maximum, as
+    ``torch.argmax`` breaks ties and so :func:`sample` does).  Penalties are not applied here, as
+    :func:`sample` does not apply them: pass logits through :func:`apply_penalties` first.
+
+    Raises:
+        TensorError: ``logits`` not a floating tensor of at least one dimension, or with an empty
+            vocabulary axis.
+    """
+    if not isinstance(logits, torch.Tensor) or logits.dim() < 1 or not logits.is_floating_point():
+        raise TensorError(f"logits must be a float tensor [..., V], got {getattr(logits, 'shape', logits)!r}")
+    V = logits.shape[-1]
+    if V == 0:
+        raise TensorError(f"logits have an empty vocabulary axis: shape {tuple(logits.shape)}")
+    rows = logits.reshape(-1, V)                                                   # (B, V)
+    if params.greedy:
+        probs = torch.nn.functional.one_hot(rows.argmax(dim=-1), V).float()       # (B, V)
+    else:
+        probs = torch.softmax(_scores(rows, params), dim=-1).float()              # (B, V)
+    return probs.reshape(logits.shape)
