@@ -210,9 +210,9 @@ class BlockPoolPanel(PanelModel):
     @staticmethod
     def _fork(live: LiveRequests, seq, n) -> str:
         """Fork ``n`` samples off running request ``seq`` (each shares all its blocks)."""
-        n = count("samples to fork (n)", n, minimum=1)
+        n = count("samples (n)", n, minimum=1)
         if n > MAX_FORKS:
-            raise ConfigError(f"fork at most {MAX_FORKS} samples at once, got n={n}")
+            raise ConfigError(f"fork at most {MAX_FORKS} samples (n) at once, got {n}")
         if seq in live.waiting:
             raise BlockError(f"request {seq} is waiting to be recomputed; fork a running request")
         kids = [live.fork(seq) for _ in range(n)]
