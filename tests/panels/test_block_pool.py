@@ -137,7 +137,7 @@ def test_append_is_refused_without_sharing_and_for_a_waiting_request():
     ({"op": "append", "request": 7}, BlockError, "request 7 is not running"),
     ({"op": "append"}, BlockError, "no request to append to"),
     ({"op": "fork", "request": 0, "n": MAX_FORKS + 1}, ConfigError, f"at most {MAX_FORKS}"),
-    ({"op": "fork", "request": 0, "n": 0}, ConfigError, "samples (n)"),
+    ({"op": "fork", "request": 0, "n": 0}, ConfigError, "must be an int >= 1, got 0"),
     ({"op": "view", "view": "3d"}, ConfigError, "unknown view '3d'"),
     ({"op": "teleport"}, ConfigError, "unknown action 'teleport'"),
 ])
