@@ -109,7 +109,8 @@ def test_append_to_one_sample_copies_the_shared_last_block_for_it_alone_and_fini
     assert copy[0] == 3 and m.block_table(1).block_ids == [0, 1, 2, copy[1]] and copy[1] >= 4
     assert [m.allocator.ref_count(b) for b in range(4)] == [3, 3, 3, 2] and m.allocator.ref_count(copy[1]) == 1
     assert [m.num_tokens(q) for q in (0, 1, 2)] == [13, 14, 13] and m.num_free_blocks == 11
-    assert m.block_table(0).block_ids == m.block_table(2).block_ids == [0, 1, 2, 3] and s.message == ""
+    assert m.block_table(0).block_ids == m.block_table(2).block_ids == [0, 1, 2, 3]
+    assert s.message == f"copy-on-write: request 1 wrote into shared block 3: copied to block {copy[1]}"
     s = model.apply(s, {"op": "finish", "request": 1})
     m = s.live.manager
     assert s.live.history.events[-1].freed_blocks == (copy[1],) and m.num_free_blocks == 12
