@@ -289,7 +289,7 @@ def text_field(action: Mapping[str, Any], key: str, default: str = "") -> str:
         ConfigError: not a str."""
     value = action.get(key, default)
     if not isinstance(value, str):
-        raise ConfigError(f"{field_name(key)} must be text, got {value!r:.60}")
+        raise ConfigError(f"{key!r} must be text, got {value!r:.60}")
     return value
 
 

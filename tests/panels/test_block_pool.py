@@ -232,7 +232,13 @@ def test_the_browser_configuration_replays_the_recorded_continuation():
     assert typed[:3] == list(b"xyz") and set(typed[3:]) <= set(b"xyz")
     status = model.status(s)
     assert f"request 0 (recorded): {prompt + recorded[prompt][:6]!r}" in status
-    assert "request 1 (stand-in)" in status and "no model runs in the browser" in status
+    assert "request 1 (stand-in)" in status and "no model runs in the browser" not in status   # said once
+    first = model.initial()
+    assert model.status(first).count("no model runs in the browser") == 1           # the first status
+    added, _ = run(model, [{"op": "add", "prompt": "xyz"}])
+    assert "no model runs in the browser" in model.status(added)                     # the first stand-in
+    again, _ = run(model, [{"op": "step"}], added)
+    assert "no model runs in the browser" not in model.status(again)
 
 
 def test_forks_in_the_browser_replay_the_same_continuation():
