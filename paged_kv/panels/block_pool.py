@@ -32,8 +32,8 @@ front's state as it was, and one state can be continued two ways.
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Mapping, Sequence
 
 from ..engine.live import LiveRequests
 from ..engine.token_source import RecordedTokens
@@ -54,6 +54,10 @@ MAX_FORKS = 8                 # samples one "fork" may add: a pool of the book's
 RECORDED_NOTE = ("tokens: the tiny model's greedy continuations, recorded when the book was built, of the "
                  "prompts this panel offers (no model runs in the browser); any other prompt gets a "
                  "stand-in: its own bytes, repeated")
+#: said once, the first time a request's tokens are a stand-in
+STAND_IN_NOTE = ("a stand-in: no model runs in the browser, and this prompt's continuation was not recorded "
+                 "when the book was built, so its new tokens are its own bytes repeated; the blocks behave "
+                 "as they would with the model's tokens")
 
 
 @dataclass
@@ -67,6 +71,8 @@ class PoolState:
     view: str = "pool"
     message: str = ""
     source: RecordedTokens | None = None
+    #: the once-only notes an earlier status already said (:meth:`BlockPoolPanel.notes`)
+    said: frozenset = frozenset()
 
 
 class BlockPoolPanel(PanelModel):
@@ -92,10 +98,13 @@ class BlockPoolPanel(PanelModel):
             the :class:`~paged_kv.engine.LiveRequests` to drive, instead of either of the above.
         recordings: (Python only, without a model) ``{prompt: continuation}`` to replay instead of
             :func:`~paged_kv.panels.continuations.load_recordings`.
+        start: actions applied to make the initial state (JSON-able), so a page's first figure
+            shows requests in the pool rather than an empty one (chapter 5 passes two).
 
     Raises:
         ConfigError: a bad pool size, ``length`` or ``prompt``, ``sharing`` not a bool, an unknown
-            ``view``, or ``sampling`` without a model.
+            ``view``, ``sampling`` without a model, ``start`` not a list of actions.
+        PagedKVError: a ``start`` action is refused (as :meth:`apply`).
     """
 
     name = "block_pool"
@@ -117,7 +126,7 @@ class BlockPoolPanel(PanelModel):
                  view: str = "pool", prompt: str = "To be, or not to be", length: int = 12, *,
                  model=None, tokenizer=None, sampling=None,
                  live_requests_factory: Callable[..., LiveRequests] | None = None,
-                 recordings: Mapping[str, str] | None = None) -> None:
+                 recordings: Mapping[str, str] | None = None, start: Sequence[Mapping[str, Any]] = ()) -> None:
         self.num_blocks = count("num_blocks", num_blocks, minimum=1)
         self.block_size = count("block_size", block_size, minimum=1)
         if sharing is not None and not isinstance(sharing, bool):
@@ -136,18 +145,28 @@ class BlockPoolPanel(PanelModel):
             self.tokenizer = tokenizer or ByteTokenizer()
             self.recordings = dict(load_recordings() if recordings is None else recordings)
         self.title = f"{self.num_blocks} blocks × {self.block_size} slots"
+        if not isinstance(start, (list, tuple)) or not all(isinstance(a, Mapping) for a in start):
+            raise ConfigError(f"start must be a list of actions, got {start!r:.80}")
+        self.start = [dict(a) for a in start]
+        if start:
+            self.initial()                                      # a start action that is refused fails here
 
     # --- the state -------------------------------------------------------------------------------
     def initial(self) -> PoolState:
-        """A fresh serving loop over an empty pool, as configured (see the class docstring)."""
+        """A fresh serving loop over an empty pool, as configured (see the class docstring), after
+        the constructor's ``start`` actions (the first figure a page shows)."""
         if self.factory is not None:
-            return PoolState(self.factory(num_blocks=self.num_blocks, block_size=self.block_size), self.view)
-        if self.model is not None:
-            return PoolState(LiveRequests(self.model, self.tokenizer, self.num_blocks, self.block_size,
-                                          sampling=self.sampling), self.view)
-        source = RecordedTokens(self.recordings, self.tokenizer)
-        return PoolState(LiveRequests(None, self.tokenizer, self.num_blocks, self.block_size, next_token=source),
-                         self.view, source=source)
+            state = PoolState(self.factory(num_blocks=self.num_blocks, block_size=self.block_size), self.view)
+        elif self.model is not None:
+            state = PoolState(LiveRequests(self.model, self.tokenizer, self.num_blocks, self.block_size,
+                                           sampling=self.sampling), self.view)
+        else:
+            source = RecordedTokens(self.recordings, self.tokenizer)
+            state = PoolState(LiveRequests(None, self.tokenizer, self.num_blocks, self.block_size,
+                                           next_token=source), self.view, source=source)
+        for action in self.start:
+            state = self.apply(state, action)
+        return replace(state, said=frozenset())               # the first status says every note
 
     def _copy(self, state: PoolState) -> PoolState:
         """A deep copy of ``state`` sharing what never changes: the model, tokenizer and sampling
@@ -178,6 +197,8 @@ class BlockPoolPanel(PanelModel):
         if op not in self.ops():
             raise ConfigError(f"unknown action {op!r} for the {self.name} panel; one of {list(self.ops())}")
         new = self._copy(state)
+        new.said = state.said | {key for key, _ in self.notes(state)}
+        before = len(new.live.history.snapshots)
         if "view" in action:
             new.view = _view(action["view"])
         live = new.live
@@ -191,7 +212,10 @@ class BlockPoolPanel(PanelModel):
             live.add(count("a prompt length (tokens)", action.get("length"), minimum=1, error=PromptError))
             new.message = ""
         elif op == "step":
-            new.message = "; ".join(live.step())
+            if not live.running and not live.waiting:
+                new.message = "nothing is running: add a request first, then a decode step gives it a token"
+            else:
+                new.message = "; ".join(live.step())
         elif op == "finish":
             live.finish(_request(action, "finish"))
             new.message = ""
@@ -205,14 +229,20 @@ class BlockPoolPanel(PanelModel):
             new.message = self._fork(live, _request(action, "fork"), action.get("n", 1))
         else:                                                   # "view"
             new.message = ""
+        copies = [(snap.event.seq_id, src, dst) for snap in live.history.snapshots[before:]
+                  for src, dst in snap.event.copies]
+        if copies:
+            said = "; ".join(f"request {seq} wrote into shared block {src}: copied to block {dst}"
+                             for seq, src, dst in copies)
+            new.message = "; ".join(x for x in (new.message, f"copy-on-write: {said}") if x)
         return new
 
     @staticmethod
     def _fork(live: LiveRequests, seq, n) -> str:
         """Fork ``n`` samples off running request ``seq`` (each shares all its blocks)."""
-        n = count("samples to fork (n)", n, minimum=1)
+        n = count("samples (n)", n, minimum=1)
         if n > MAX_FORKS:
-            raise ConfigError(f"fork at most {MAX_FORKS} samples at once, got n={n}")
+            raise ConfigError(f"fork at most {MAX_FORKS} samples (n) at once, got {n}")
         if seq in live.waiting:
             raise BlockError(f"request {seq} is waiting to be recomputed; fork a running request")
         kids = [live.fork(seq) for _ in range(n)]
@@ -262,9 +292,19 @@ class BlockPoolPanel(PanelModel):
                      f"waiting {list(live.waiting)}")
         lines += [f"request {s}" + (f" ({source})" if source else "") + ": " + _shown(text)
                   for s, text, source in self.request_lines(state)]
-        if state.source is not None:
-            lines.append(RECORDED_NOTE)
+        lines += [text for _, text in self.notes(state)]
         return "\n".join(lines)
+
+    def notes(self, state: PoolState) -> list[tuple[str, str]]:
+        """The once-only notes ``state``'s status says, as ``(key, text)``: in the browser, where its
+        tokens come from (the first status), and what a stand-in is (the first status with one);
+        each is said once, not again after the next action (:attr:`PoolState.said`)."""
+        if state.source is None:
+            return []
+        out = [("recorded", RECORDED_NOTE)]
+        if any(source == "stand-in" for _, _, source in self.request_lines(state)):
+            out.append(("stand-in", STAND_IN_NOTE))
+        return [(k, text) for k, text in out if k not in state.said]
 
     def controls(self) -> list[dict]:
         pool = self.num_blocks * self.block_size

@@ -42,7 +42,7 @@ from .base import PanelModel
 from .continuations import load_recordings
 
 __all__ = ["MAX_RUN_STEPS", "EnginePanel", "EngineState", "RooflineTiming",
-           "engine_config", "int_field", "text_field"]
+           "engine_config", "field_name", "int_field", "text_field"]
 
 #: "run until idle" stops after this many steps, so a click always returns
 MAX_RUN_STEPS = 500
@@ -293,13 +293,24 @@ def text_field(action: Mapping[str, Any], key: str, default: str = "") -> str:
     return value
 
 
+#: the words the page's controls use for an action's fields, with vLLM's name after them in errors
+FIELD_WORDS = {"max_tokens": "new tokens", "n": "samples"}
+
+
+def field_name(key: str) -> str:
+    """An action field as the page names it, vLLM's name in parentheses: ``"new tokens (max_tokens)"``."""
+    return f"{FIELD_WORDS[key]} ({key})" if key in FIELD_WORDS else key
+
+
 def int_field(action: Mapping[str, Any], key: str, default: int, low: int, high: int) -> int:
     """``action[key]`` as an int in ``[low, high]`` (``default`` when absent).
 
     Raises:
-        ConfigError: not an int, or outside the range (named)."""
-    value = count(key, action.get(key, default), low)
+        ConfigError: not an int, or outside the range (named in the page's words,
+            :func:`field_name`)."""
+    name = field_name(key)
+    value = count(name, action.get(key, default), low)
     if value > high:
-        raise ConfigError(f"{key} must be at most {high}, got {value}")
+        raise ConfigError(f"{name} must be at most {high}, got {value}")
     return value
 

@@ -214,25 +214,31 @@ def table_rows(snap, max_logical: int | None = None) -> int:
     return sum(max(1, math.ceil(min(len(t), longest) / TABLE_COLS)) for t in snap.tables.values())
 
 
-def _caption(snap) -> str:
+#: the colour key under each step's caption (a figure with more marks, chapter 6's, extends it)
+KEY = "full colour: a stored token, pale: allocated and empty, grey: free"
+
+
+def _caption(snap, key: str = KEY) -> str:
     """Title lines of one snapshot: "step N: request X:" in the title's size, what happened and the
-    key in small type below (short lines, so a phone-wide figure does not cut them off)."""
+    key in small type below (short lines, so a phone-wide figure does not cut them off).  Before
+    any event the heading says so ("step 0: every block is free")."""
     used, nb = snap.used_blocks, snap.num_blocks
-    what = snap.event.text or "start: every block is free"
+    what = snap.event.text
+    if not what:
+        return f"step {snap.step}: every block is free<br><sup>{used}/{nb} blocks used<br>{key}</sup>"
     who, _, detail = what.partition(": ")
     return (f"step {snap.step}: {who}:<br><sup>{detail}<br>{used}/{nb} blocks used, {snap.wasted_slots} "
-            f"allocated slots empty<br>full colour: a stored token, pale: allocated and empty, "
-            f"grey: free</sup>")
+            f"allocated slots empty<br>{key}</sup>")
 
 
-def _frame_layout(fig, snapshots: Sequence, shown, title: str) -> tuple[list, int]:
+def _frame_layout(fig, snapshots: Sequence, shown, title: str, key: str = KEY) -> tuple[list, int]:
     """Set the title and axes for showing ``shown`` out of ``snapshots``; returns (order, max_logical)."""
     order = seq_order(snapshots)
     max_logical = max([len(t) for s in snapshots for t in s.tables.values()] + [1])
     most = max([table_rows(s, max_logical) for s in snapshots] + [1])   # table rows ever shown at once
     rows, cols, width, label = _grid(shown.num_blocks, shown.block_size)
     head, extra = _heading(title)
-    fig.update_layout(title=dict(text=head + _caption(shown), x=0.01, font=dict(size=14), yref="container",
+    fig.update_layout(title=dict(text=head + _caption(shown, key), x=0.01, font=dict(size=14), yref="container",
                                  y=1, yanchor="top", pad=dict(t=12)),
                       margin=dict(l=label_margin(shown.num_blocks), r=20, t=140 + TITLE_LINE_PX * extra, b=60))
     # the range starts just left of the first column's labels' anchors (plotly hides a text whose
@@ -254,7 +260,7 @@ def _frame_layout(fig, snapshots: Sequence, shown, title: str) -> tuple[list, in
 
 
 def blocks_figure(snapshots: Sequence, title: str = "", active: int | None = None,
-                  replay: bool = True, height: int | None = None) -> go.Figure:
+                  replay: bool = True, height: int | None = None, key: str = KEY) -> go.Figure:
     """The pool and block tables of ``snapshots[active]``, with a slider over all snapshots.
 
     Args:
@@ -264,6 +270,7 @@ def blocks_figure(snapshots: Sequence, title: str = "", active: int | None = Non
         replay: add a plotly frame per snapshot, a slider and a play button (static book); with
             ``False`` (or one snapshot) the figure shows ``snapshots[active]`` only.
         height: in pixels; default from the number of pool rows.
+        key: the colour key under each caption (default :data:`KEY`).
     """
     snapshots = list(snapshots)
     active = len(snapshots) - 1 if active is None else active
@@ -276,7 +283,7 @@ def blocks_figure(snapshots: Sequence, title: str = "", active: int | None = Non
                     align="left", font=dict(size=12))
     # the pool's title starts over its block labels, in the margin
     fig.layout.annotations[0].xshift = -label_margin(shown.num_blocks) + 10
-    order, max_logical = _frame_layout(fig, snapshots, shown, title)
+    order, max_logical = _frame_layout(fig, snapshots, shown, title, key)
     size = slot_text_size(snapshots)
     for i, trace in enumerate(block_traces(shown, order, max_logical, size)):
         fig.add_trace(trace, row=1, col=1 if i < 2 else 2)
@@ -285,7 +292,7 @@ def blocks_figure(snapshots: Sequence, title: str = "", active: int | None = Non
         head = _heading(title)[0]
         traces = trace_indices(fig, TRACE_NAMES)   # the order block_traces returns them in
         fig.frames = [go.Frame(name=str(s.step), data=block_traces(s, order, max_logical, size), traces=traces,
-                               layout=go.Layout(title_text=head + _caption(s))) for s in snapshots]
+                               layout=go.Layout(title_text=head + _caption(s, key))) for s in snapshots]
         steps = frame_steps([str(s.step) for s in snapshots])
         add_replay_controls(fig, steps, active, currentvalue=dict(prefix="step ", suffix=f" / {snapshots[-1].step}",
                                                                   xanchor="right"),
@@ -293,12 +300,12 @@ def blocks_figure(snapshots: Sequence, title: str = "", active: int | None = Non
     return fig
 
 
-def refresh_blocks_figure(fig, snapshots: Sequence, title: str = "") -> None:
+def refresh_blocks_figure(fig, snapshots: Sequence, title: str = "", key: str = KEY) -> None:
     """Redraw ``fig`` (made by :func:`blocks_figure` with ``replay=False``) in place to show the last
     of ``snapshots``: the live widget calls this on a ``go.FigureWidget`` after every event."""
     snapshots = list(snapshots)
     with fig.batch_update():
-        order, max_logical = _frame_layout(fig, snapshots, snapshots[-1], title)
+        order, max_logical = _frame_layout(fig, snapshots, snapshots[-1], title, key)
         new = block_traces(snapshots[-1], order, max_logical, slot_text_size(snapshots))
         for i, trace in zip(trace_indices(fig, TRACE_NAMES), new):
             fig.data[i].update(trace.to_plotly_json())

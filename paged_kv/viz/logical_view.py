@@ -64,7 +64,8 @@ def logical_view_parts(snap, order: Sequence) -> dict:
                 text = visible_token(words[o]) if o < len(words) else ""
                 cells.append((col["logical"] + o, y, colour if o < filled else tint(colour, EMPTY_TINT), text))
             labels.append((col["logical"] - 0.5, y, f"{logical}", "middle left"))
-            cells.append((col["physical"], y, "white", str(physical)))
+            refs = snap.blocks[physical].ref_count        # a shared block reads "7 ×2", as in the pool view
+            cells.append((col["physical"], y, "white", str(physical) + (f" ×{refs}" if refs > 1 else "")))
             cells.append((col["filled"], y, "white", str(filled)))
             arrows.append((col["filled"] + 0.55, y, col["pool"] - 0.55, float(physical)))
             y += 1
@@ -118,7 +119,7 @@ def _frame(parts: dict):
 
 def _caption(snap, title: str) -> str:
     head = f"{title}<br>" if title else ""
-    what = snap.event.text or "start: every block is free"
+    what = snap.event.text or "every block is free"
     return head + f"<sup>step {snap.step}: {what}</sup>"
 
 

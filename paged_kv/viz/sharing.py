@@ -20,11 +20,11 @@ from typing import Mapping, Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .blocks import block_cells, blocks_figure, refresh_blocks_figure
+from .blocks import KEY, block_cells, blocks_figure, refresh_blocks_figure
 from .labels import wrap_title
 from .palette import COLORS
 
-__all__ = ["SYSTEM_COLORS", "latency_figure", "refresh_sharing_figure", "savings_figure", "sharing_figure",
+__all__ = ["SHARING_KEY", "SYSTEM_COLORS", "latency_figure", "refresh_sharing_figure", "savings_figure", "sharing_figure",
            "sharing_overlay"]
 
 FRAME_COLOR = "#222222"
@@ -32,6 +32,8 @@ FRAME_COLOR = "#222222"
 SYSTEM_COLORS = {"paged (vLLM)": COLORS[0], "Orca (Oracle)": COLORS[1], "Orca (Max)": COLORS[2],
                  "Orca (Pow2)": COLORS[3]}
 COPY_COLOR = "#D62728"
+#: the blocks figure's colour key and the marks this one adds
+SHARING_KEY = KEY + "<br>framed: a shared block (ref count ≥ 2, thicker: more holders)<br>red arrow: a copy-on-write copy"
 
 
 def sharing_overlay(snap) -> tuple[list[dict], list[dict]]:
@@ -67,7 +69,7 @@ def sharing_figure(snapshots: Sequence, title: str = "", active: int | None = No
     (``replay=False``, the live panel).  Arguments as :func:`paged_kv.viz.blocks.blocks_figure`."""
     snapshots = list(snapshots)
     active = len(snapshots) - 1 if active is None else active
-    fig = blocks_figure(snapshots, title=title, active=active, replay=replay, height=height)
+    fig = blocks_figure(snapshots, title=title, active=active, replay=replay, height=height, key=SHARING_KEY)
     base_notes = [a.to_plotly_json() for a in fig.layout.annotations]        # the panel titles
     shapes, notes = sharing_overlay(snapshots[active])
     fig.update_layout(shapes=shapes, annotations=base_notes + notes)
@@ -84,7 +86,7 @@ def refresh_sharing_figure(fig, snapshots: Sequence, title: str = "") -> None:
     snapshots = list(snapshots)
     base_notes = [a.to_plotly_json() for a in fig.layout.annotations
                   if not str(a.name or "").startswith("copy")]
-    refresh_blocks_figure(fig, snapshots, title)
+    refresh_blocks_figure(fig, snapshots, title, SHARING_KEY)
     shapes, notes = sharing_overlay(snapshots[-1])
     with fig.batch_update():
         fig.layout.shapes = shapes

@@ -109,7 +109,8 @@ def test_append_to_one_sample_copies_the_shared_last_block_for_it_alone_and_fini
     assert copy[0] == 3 and m.block_table(1).block_ids == [0, 1, 2, copy[1]] and copy[1] >= 4
     assert [m.allocator.ref_count(b) for b in range(4)] == [3, 3, 3, 2] and m.allocator.ref_count(copy[1]) == 1
     assert [m.num_tokens(q) for q in (0, 1, 2)] == [13, 14, 13] and m.num_free_blocks == 11
-    assert m.block_table(0).block_ids == m.block_table(2).block_ids == [0, 1, 2, 3] and s.message == ""
+    assert m.block_table(0).block_ids == m.block_table(2).block_ids == [0, 1, 2, 3]
+    assert s.message == f"copy-on-write: request 1 wrote into shared block 3: copied to block {copy[1]}"
     s = model.apply(s, {"op": "finish", "request": 1})
     m = s.live.manager
     assert s.live.history.events[-1].freed_blocks == (copy[1],) and m.num_free_blocks == 12
@@ -137,7 +138,7 @@ def test_append_is_refused_without_sharing_and_for_a_waiting_request():
     ({"op": "append", "request": 7}, BlockError, "request 7 is not running"),
     ({"op": "append"}, BlockError, "no request to append to"),
     ({"op": "fork", "request": 0, "n": MAX_FORKS + 1}, ConfigError, f"at most {MAX_FORKS}"),
-    ({"op": "fork", "request": 0, "n": 0}, ConfigError, "samples to fork"),
+    ({"op": "fork", "request": 0, "n": 0}, ConfigError, "must be an int >= 1, got 0"),
     ({"op": "view", "view": "3d"}, ConfigError, "unknown view '3d'"),
     ({"op": "teleport"}, ConfigError, "unknown action 'teleport'"),
 ])
@@ -231,7 +232,13 @@ def test_the_browser_configuration_replays_the_recorded_continuation():
     assert typed[:3] == list(b"xyz") and set(typed[3:]) <= set(b"xyz")
     status = model.status(s)
     assert f"request 0 (recorded): {prompt + recorded[prompt][:6]!r}" in status
-    assert "request 1 (stand-in)" in status and "no model runs in the browser" in status
+    assert "request 1 (stand-in)" in status and "no model runs in the browser" not in status   # said once
+    first = model.initial()
+    assert model.status(first).count("no model runs in the browser") == 1           # the first status
+    added, _ = run(model, [{"op": "add", "prompt": "xyz"}])
+    assert "no model runs in the browser" in model.status(added)                     # the first stand-in
+    again, _ = run(model, [{"op": "step"}], added)
+    assert "no model runs in the browser" not in model.status(again)
 
 
 def test_forks_in_the_browser_replay_the_same_continuation():

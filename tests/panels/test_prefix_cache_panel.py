@@ -97,7 +97,7 @@ def test_evictions_take_the_least_recently_used_cached_free_blocks_first():
 @pytest.mark.parametrize("action, says", [
     (submit("", "x" * 120, 8), "never run"),
     (submit("", "", 8), "empty prompt"),
-    (submit(SYSTEM_PROMPTS[0], "hi", 65), "max_tokens must be at most 64"),
+    (submit(SYSTEM_PROMPTS[0], "hi", 65), "new tokens (max_tokens) must be at most 64"),
     ({"op": "submit", "prefix": 3, "text": "hi"}, "'prefix' must be text"),
     ({"op": "preempt", "request": "R0"}, "unknown op 'preempt'"),
 ])

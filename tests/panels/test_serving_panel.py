@@ -118,7 +118,7 @@ def test_abort_frees_the_blocks_at_once_in_any_state(panel):
 @pytest.mark.parametrize("action, says", [
     ({"op": "submit", "prompt": "\x01" * 60, "max_tokens": 40}, "never run"),    # 99 tokens > 16 blocks of 4
     ({"op": "submit", "prompt": "", "max_tokens": 4}, "empty prompt"),
-    ({"op": "submit", "prompt": "ab", "max_tokens": 4, "n": 9}, "n must be at most 4"),
+    ({"op": "submit", "prompt": "ab", "max_tokens": 4, "n": 9}, "samples (n) must be at most 4"),
     ({"op": "submit", "prompt": "ab", "max_tokens": 2.5}, "max_tokens"),
     ({"op": "preempt", "request": "A"}, "not running"),                  # A is waiting
     ({"op": "preempt", "request": None}, "no running request to preempt"),
