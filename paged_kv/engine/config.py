@@ -10,6 +10,7 @@ from ..defaults import BLOCK_SIZE, MAX_NUM_BATCHED_TOKENS, MAX_NUM_SEQS, WATERMA
 from ..errors import ConfigError
 from ..model.reduction_order import ReductionOrder
 from ..scheduling import SchedulerConfig
+from ..spec_decode import SpeculativeConfig
 from ..validate import count
 
 __all__ = ["EngineConfig"]
@@ -27,6 +28,11 @@ class EngineConfig:
     ``reduction`` (a :class:`~paged_kv.model.reduction.ReductionOrder`, torch backend only; ``None``:
     the references' own order) makes the order of every pass's sums explicit:
     ``ReductionOrder(16, batch_invariant=True)`` is this engine's ``VLLM_BATCH_INVARIANT=1``.
+
+    ``speculative_config`` turns speculative decoding on, as vLLM's ``LLM(speculative_config=...)``:
+    ``{"method": "ngram" | "draft_model", "num_speculative_tokens": k, ...}`` (the keys of
+    :class:`~paged_kv.spec_decode.SpeculativeConfig`, into which it is turned); ``None`` (the
+    default): off.
 
     Raises:
         ConfigError: neither or both of a pool's two forms, or a bad knob.
@@ -49,8 +55,11 @@ class EngineConfig:
     prefix_caching_hash_algo: object = "sha256"
     policy: str = "fcfs"
     reduction: ReductionOrder | None = None
+    speculative_config: SpeculativeConfig | dict | None = None
 
     def __post_init__(self) -> None:
+        if self.speculative_config is not None:
+            object.__setattr__(self, "speculative_config", SpeculativeConfig.from_dict(self.speculative_config))
         if (self.num_gpu_blocks is None) == (self.gpu_memory_bytes is None):
             raise ConfigError("give the GPU pool as num_gpu_blocks or as gpu_memory_bytes (one of them)")
         if self.num_cpu_blocks is not None and self.swap_space_bytes is not None:
@@ -87,4 +96,5 @@ class EngineConfig:
             enable_chunked_prefill=self.enable_chunked_prefill, watermark=self.watermark,
             preemption_mode=self.preemption_mode, max_model_len=self.max_model_len,
             reservation=self.reservation, enable_prefix_caching=self.enable_prefix_caching,
-            prefix_caching_hash_algo=self.prefix_caching_hash_algo, policy=self.policy)
+            prefix_caching_hash_algo=self.prefix_caching_hash_algo, policy=self.policy,
+            num_lookahead_tokens=0 if self.speculative_config is None else self.speculative_config.num_speculative_tokens)

@@ -25,7 +25,7 @@ import torch
 from ..blocks import BlockSpaceManager, blocks_needed
 from ..blocks.block_table import check_seq_id
 from ..defaults import BLOCK_SIZE
-from ..errors import BlockError, ConfigError, PromptError
+from ..errors import ConfigError, OutOfBlocksError, PromptError
 from ..model.llama import TinyLlama
 from ..model.sampling import probabilities, sample
 from ..sampling_params import SamplingParams
@@ -92,8 +92,9 @@ class DraftModelProposer:
 
         Raises:
             PromptError: an empty history, or token ids that are not ints in ``0 .. V - 1``.
-            BlockError: ``seq_id`` not a str/int; the pool cannot hold the history and the drafts
-                (the message gives the blocks needed, held and free; nothing changes).
+            BlockError: ``seq_id`` not a str/int.
+            OutOfBlocksError: the pool cannot hold the history and the drafts (the message gives
+                the blocks needed, held and free; nothing changes).
         """
         tokens, _ = self._run(token_ids, limit, seq_id, None, None)
         return tokens
@@ -169,10 +170,10 @@ class DraftModelProposer:
         held = len(self.manager.block_table(key)) if key in self.manager else 0
         needed = blocks_needed(len(tokens) + k - 1, self.block_size)
         if needed > held + self.manager.num_free_blocks:
-            raise BlockError(f"the draft's pool ({self.manager.num_blocks} blocks of {self.block_size} tokens) cannot "
-                             f"hold sequence {seq_id!r}: {len(tokens)} tokens + {k - 1} drafts need {needed} blocks; "
-                             f"it holds {held} and {self.manager.num_free_blocks} are free (release finished "
-                             f"sequences or give the proposer more blocks)")
+            raise OutOfBlocksError(needed, held + self.manager.num_free_blocks,
+                                   f"the draft's pool ({self.manager.num_blocks} blocks of {self.block_size} tokens), "
+                                   f"sequence {seq_id!r} of {len(tokens)} tokens + {k - 1} drafts holding {held} "
+                                   f"(release finished sequences or give the proposer more blocks)")
         try:
             logits = self._prefill(key, tokens, keep)                       # (1, V)
             drafts, rows = [], []

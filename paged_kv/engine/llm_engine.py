@@ -28,6 +28,7 @@ from ..errors import AdmissionError, ConfigError, PagedKVError, PromptError
 from ..memory import kv_bytes_per_token
 from ..sampling_params import SamplingParams
 from ..scheduling import Request, Scheduler, SchedulerOutput, Verdict
+from ..spec_decode import NgramProposer
 from ..validate import count, real
 from .config import EngineConfig
 from .metrics import EngineStats
@@ -42,6 +43,8 @@ __all__ = ["LLMEngine"]
 # runs where torch is absent (the browser build).  tests/test_architecture.py reads these as imports.
 model_runner = lazy.load("paged_kv.engine.runner", suppress_warning=True)
 storage = lazy.load("paged_kv.storage", suppress_warning=True)
+draft_proposer = lazy.load("paged_kv.engine.draft_proposer", suppress_warning=True)
+draft = lazy.load("paged_kv.model.draft", suppress_warning=True)
 
 
 class LLMEngine:
@@ -61,10 +64,19 @@ class LLMEngine:
             ModelRunnerOutput``), e.g. a :class:`~paged_kv.engine.timing_runner.TimingRunner` with
             a token source: its tokens are then real, and outputs are decoded with ``tokenizer``.
 
+    Speculative decoding (``config.speculative_config``, chapter 9): the scheduler drafts for each
+    decoding sequence with the proposer built here, the runner verifies the drafts in one pass and
+    returns what it accepted.  ``"ngram"`` builds a :class:`~paged_kv.spec_decode.NgramProposer`
+    (pure Python, any runner); ``"draft_model"`` a
+    :class:`~paged_kv.engine.draft_proposer.DraftModelProposer` (torch) over the target's first
+    ``draft_num_layers`` layers, with a pool of its own of twice the target's blocks (its blocks
+    are never shared: ``n`` samples hold the prompt ``n`` times).  A draft model needs ``model``.
+
     Raises:
         ConfigError: neither a model, a timing model nor a runner, or more than one of them; a
             runner without ``execute`` or whose ``block_size`` is not the config's; a bad config;
-            or a ``max_model_len`` beyond the model's ``max_seq_len``.
+            a ``max_model_len`` beyond the model's ``max_seq_len``; a draft model without a model
+            or with more layers than it.
     """
 
     def __init__(self, model=None, config: EngineConfig | None = None, tokenizer=None,
@@ -108,7 +120,7 @@ class LLMEngine:
         else:
             raise ConfigError("LLMEngine needs a model, or model=None with an iteration_time (timing model) "
                               "or a runner")
-        self.scheduler = Scheduler(sc)
+        self.scheduler = Scheduler(sc, self._proposer(model, sc))
         self.stats = EngineStats()
         self.clock = 0.0
         self._outputs: dict[Hashable, RequestOutput] = {}
@@ -121,6 +133,20 @@ class LLMEngine:
         self.records: list[StepRecord] = []
         if self.record:
             self.records.append(step_record(self.scheduler, 0, self.clock, "start: every block is free"))
+
+    def _proposer(self, model, sc):
+        """The drafter ``config.speculative_config`` asks for; ``None`` without speculation."""
+        spec = self.config.speculative_config
+        if spec is None:
+            return None
+        if spec.method == "ngram":
+            return NgramProposer.from_config(spec)
+        if model is None:
+            raise ConfigError("speculative method 'draft_model' drafts with the target's first layers: "
+                              "give LLMEngine the model (or use method 'ngram')")
+        return draft_proposer.DraftModelProposer(draft.truncated_draft(model, spec.draft_num_layers),
+                                                 spec.num_speculative_tokens, block_size=sc.block_size,
+                                                 num_blocks=2 * sc.num_gpu_blocks, backend=self.config.backend)
 
     # --- requests -----------------------------------------------------------------------------
     def load_adapter(self, name: str, shift: int) -> int:
@@ -207,8 +233,9 @@ class LLMEngine:
             touched = {c.request_id for c in out.chunks} | set(out.swapped) | set(out.admitted)
             result = ModelRunnerOutput({}, 0.0, failed=dict.fromkeys(touched, f"{type(e).__name__}: {e}"))
         self._account(out, result)                              # the clock; queues and pool as scheduled
+        before = {c.seq_id: len(c.token_ids) + c.start - len(c.spec_token_ids) for c in out.chunks if c.sample}
         done = self.scheduler.update(out, result.sampled_token_ids, result.failed)   # 5. record, free the finished
-        done += self._check_stop_strings(out)
+        done += self._check_stop_strings(out, before)
         produced = {c.request_id for c in out.chunks if c.seq_id in result.sampled_token_ids}
         return self._report(out, done, produced)
 
@@ -229,12 +256,15 @@ class LLMEngine:
                 self.records.append(step_record(self.scheduler, self.stats.steps, self.clock, f"aborted {request_id}"))
         return o
 
-    def _check_stop_strings(self, out: SchedulerOutput) -> list[Request]:
+    def _check_stop_strings(self, out: SchedulerOutput, before: dict[int, int]) -> list[Request]:
         """End every sample of this step whose text now contains a stop string (vLLM checks them
         in its output processor, which has the detokenizer; the scheduler only sees token ids).
         A sample the scheduler ended on a stop token id instead has that token's text left out
         (unless ``include_stop_str_in_output``) and no stop string checked in it: the token wins,
-        as in vLLM's detokenizer.  Returns the requests this ended."""
+        as in vLLM's detokenizer.  A sample given several tokens in the step (accepted drafts) is
+        checked after each, as plain decoding would have checked them, and the tokens after the
+        one that completes a stop string are dropped.  ``before``: per sampling sequence, its
+        length before the step.  Returns the requests this ended."""
         done = []
         for rid in dict.fromkeys(c.request_id for c in out.chunks if c.sample):
             req = self.scheduler.requests[rid]
@@ -245,24 +275,35 @@ class LLMEngine:
             for seq in req.seqs:
                 if seq.index in o.stop_at or seq.index in o.stop_token:
                     continue
-                if seq.finish_reason == "stop":             # a stop token id, this step
-                    if not p.include_stop_str_in_output:
-                        o.stop_token.add(seq.index)
+                new = len(seq.tokens) - before.get(seq.seq_id, len(seq.tokens) - 1)
+                by_token = seq.finish_reason == "stop"      # a stop token id, this step: its token wins
+                if by_token and not p.include_stop_str_in_output:
+                    o.stop_token.add(seq.index)
+                if not p.stop or seq.finish_reason not in (None, "length", "stop"):
                     continue
-                if not p.stop or seq.finish_reason not in (None, "length"):
+                hit = self._first_stop(seq.output, p.stop, new - by_token)
+                if hit is None:
                     continue
-                text = self.tokenizer.decode(seq.output, final=False)
-                hits = [(text.find(s), s) for s in p.stop if s in text]
-                if not hits:
-                    continue
-                at, s = min(hits)
+                drop, at, s = hit
+                o.stop_token.discard(seq.index)
                 o.stop_at[seq.index] = at + len(s) if p.include_stop_str_in_output else at
                 if seq.finish_reason is None:               # still generating: it ends now
-                    if self.scheduler.finish_sample(rid, seq.index, "stop"):
+                    if self.scheduler.finish_sample(rid, seq.index, "stop", drop=drop):
                         done.append(req)
-                else:                                       # its last token completed the string
+                else:                                       # it had ended later in the step, or here
+                    del seq.tokens[len(seq.tokens) - drop:]
                     seq.finish_reason = "stop"
         return done
+
+    def _first_stop(self, output: list[int], stops, new: int) -> tuple[int, int, str] | None:
+        """Among the last ``new`` tokens of ``output``, the first after which the text holds a stop
+        string: ``(tokens after it, where the string starts, the string)``; ``None``: none."""
+        for drop in range(new - 1, -1, -1):
+            text = self.tokenizer.decode(output[:len(output) - drop], final=False)
+            hits = [(text.find(s), s) for s in stops if s in text]
+            if hits:
+                return (drop, *min(hits))
+        return None
 
     def _note_hand_preemptions(self) -> None:
         """Stamp preemptions made between steps (``scheduler.preempt``, the live panel's button)
@@ -304,6 +345,7 @@ class LLMEngine:
         st.finished.append(len(done))
         st.preemptions, st.recomputes, st.swaps = sch.num_preemptions, sch.num_recomputes, sch.num_swaps
         st.swapped_blocks = sch.num_swapped_blocks
+        st.num_draft_tokens, st.num_accepted_tokens = sch.num_draft_tokens, sch.num_accepted_tokens
         if self.record:
             cache = sch.manager.cache
             evicted = () if cache is None else cache.evictions[self._evicted_seen:]

@@ -56,6 +56,9 @@ class EngineStats:
             admissions, and found there; preempted_prefix_queries, preempted_prefix_hits: the same
             at re-admissions after a recompute preemption (apart, as vLLM counts them). Hits of
             both kinds are prefill tokens saved.
+        num_draft_tokens, num_accepted_tokens: with speculative decoding, draft tokens verified
+            and accepted (vLLM's ``vllm:spec_decode_num_draft_tokens`` and
+            ``..._num_accepted_tokens``); :attr:`acceptance_rate` is their ratio.
     """
 
     steps: int = 0
@@ -78,6 +81,8 @@ class EngineStats:
     prefix_hits: int = 0
     preempted_prefix_queries: int = 0
     preempted_prefix_hits: int = 0
+    num_draft_tokens: int = 0
+    num_accepted_tokens: int = 0
 
     def __repr__(self) -> str:
         """The counters, and each per-step list as its length (``print(engine.stats)`` stays short;
@@ -88,6 +93,11 @@ class EngineStats:
             parts.append(f"{f.name}=[{len(value)} per-step values]" if isinstance(value, list) else
                          f"{f.name}={value:.4g}" if isinstance(value, float) else f"{f.name}={value!r}")
         return f"EngineStats({', '.join(parts)})"
+
+    @property
+    def acceptance_rate(self) -> float:
+        """Accepted / drafted draft tokens (vLLM's draft acceptance rate); ``nan`` before any draft."""
+        return self.num_accepted_tokens / self.num_draft_tokens if self.num_draft_tokens else math.nan
 
     @property
     def prefix_hit_rate(self) -> float:

@@ -25,7 +25,15 @@ real text) and a 13B model on a modelled GPU (the paper's Figure 12).
    steps wrote);
 3. **sample** from each sampling chunk's last logits with its request's parameters and its
    sequence's own generator (seed + sample index), so a request's tokens do not depend on who
-   else is in the batch.
+   else is in the batch.  A *verify chunk* (speculative decoding: the last sampled token and
+   ``d`` drafts) runs with the prefill chunks and is read at all its ``d + 1`` positions: greedy,
+   the drafts are kept while each equals the argmax after the token before it
+   (:func:`~paged_kv.spec_decode.accept_greedy`), then the argmax at the first disagreement (or
+   after the last draft) is added; sampling, by the speculative-sampling rule with the draft's
+   ``q`` one-hot (both proposers are deterministic;
+   :func:`~paged_kv.model.rejection_sampler.rejection_sample`), its ``d + 1`` uniforms from the
+   sequence's generator.  A frequency penalty at position ``j`` counts the drafts before it as
+   output, as plain decoding would have.
 
 Legend: B sequences, V vocabulary.
 """
@@ -38,9 +46,11 @@ import torch
 
 from ..errors import ConfigError, PagedKVError
 from ..model.attention import check_reduction_backend
-from ..model.sampling import apply_penalties, sample, sample_generator
+from ..model.rejection_sampler import rejection_sample
+from ..model.sampling import apply_penalties, probabilities, sample, sample_generator
 from ..sampling_params import SamplingParams
 from ..scheduling import Chunk, SchedulerOutput
+from ..spec_decode import accept_greedy
 from ..storage import BatchRow, PagedKVCache, prepare_paged_batch, run_paged_batch
 from .runner_output import ModelRunnerOutput
 from .timing_runner import TimingRunner
@@ -144,11 +154,18 @@ class ModelRunner:
             rows = [BatchRow([(t + c.adapter_shift) % vocab for t in c.token_ids], c.start, c.slot_mapping,
                              c.block_table) for c in part]
             batch = prepare_paged_batch(rows, phase, self.model.device)
-            logits = run_paged_batch(self.model, self.cache, batch, self.backend, self.reduction)   # (B, V)
+            every = any(c.spec_token_ids for c in part)     # a verify chunk reads all its positions
+            args = (self.model, self.cache, batch, self.backend, self.reduction)
+            logits = run_paged_batch(*args, all_positions=True) if every else run_paged_batch(*args)  # (B, T, V) | (B, V)
             for b, c in enumerate(part):
-                if c.sample:
-                    result.logits[c.seq_id] = logits[b]
-                    result.sampled_token_ids[c.seq_id] = self._sample(logits[b:b + 1], c)
+                if c.spec_token_ids:
+                    toks, used = self._verify(logits[b, :c.query_len], c)
+                    result.logits[c.seq_id] = logits[b, used]
+                    result.sampled_token_ids[c.seq_id] = toks
+                elif c.sample:
+                    last = logits[b, c.query_len - 1] if every else logits[b]
+                    result.logits[c.seq_id] = last
+                    result.sampled_token_ids[c.seq_id] = self._sample(last[None], c)
 
     def _restore(self, states: dict) -> None:
         """Put the generators back as they were (and drop the ones made since)."""
@@ -167,6 +184,21 @@ class ModelRunner:
             gen = None if p.greedy else self._generator(c.request_id, i, p.seed)
             toks.append(int(sample(row, p, None if gen is None else [gen])[0]))
         return toks
+
+    def _verify(self, logits: torch.Tensor, c: Chunk) -> tuple[list[int], int]:
+        """A verify chunk's tokens from its logits ``[d + 1, V]`` (row ``j``: after the fed token and
+        ``j`` drafts): the accepted drafts and one token more, and the row the last was drawn from."""
+        p = c.sampling_params or GREEDY
+        drafts = list(c.spec_token_ids)
+        rows = torch.cat([apply_penalties(logits[j:j + 1], [list(c.output_token_ids) + drafts[:j]], p)
+                          for j in range(len(drafts) + 1)])                       # (d + 1, V)
+        if p.greedy:
+            toks = accept_greedy(drafts, rows.argmax(-1).tolist())
+        else:
+            gen = self._generator(c.request_id, c.index, p.seed)
+            uniforms = torch.rand(len(drafts) + 1, generator=gen, device=gen.device).cpu()
+            toks = rejection_sample(probabilities(rows, p).cpu(), None, drafts, uniforms=uniforms)
+        return toks, len(toks) - 1
 
     def _generator(self, request_id, index: int, seed: int) -> torch.Generator:
         key = (request_id, index)

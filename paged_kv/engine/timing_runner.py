@@ -85,6 +85,12 @@ class TimingRunner:
     A sequence forked from its leader starts from its request's prompt.  The record goes when the
     request is named in ``finished_req_ids``; it is kept only with a token source.
 
+    Speculative decoding: a verify chunk's drafts are accepted while each equals the token the
+    source gives after the tokens before it (greedy verification; without a source, while each
+    is the stand-in 0), plus that next token; the step is charged its draft tokens as prefill-like
+    work (``iteration_time(kv_tokens, prefill_tokens + num_draft_tokens)``): each runs through the
+    weights as a prompt token does.
+
     Raises:
         ConfigError: a timing model or token source that is not callable.
         PagedKVError: (:meth:`execute`) a chunk whose context the runner was never given (a step
@@ -105,10 +111,11 @@ class TimingRunner:
     def execute(self, out: SchedulerOutput) -> ModelRunnerOutput:
         """The step's sampled tokens and its modelled time (s); see the class docstring."""
         if self.next_token is None:
-            sampled = {c.seq_id: [0] * c.num_samples for c in out.chunks if c.sample}
+            sampled = {c.seq_id: _verified(c.spec_token_ids, lambda j: 0) if c.spec_token_ids else [0] * c.num_samples
+                       for c in out.chunks if c.sample}
         else:
             sampled = self._pick(out)
-        seconds = float(self.iteration_time(out.kv_tokens, out.prefill_tokens))
+        seconds = float(self.iteration_time(out.kv_tokens, out.prefill_tokens + out.num_draft_tokens))
         if self.swap_time is not None:
             for mapping in (out.swap_out, out.swap_in):
                 if mapping:
@@ -136,7 +143,22 @@ class TimingRunner:
                 raise PagedKVError(f"sequence {c.seq_id} (request {c.request_id!r}) runs from position {c.start}, "
                                    f"but this runner was given only its first {len(toks)} tokens")
             toks[c.start:c.seq_len] = c.token_ids
-            if c.sample:
+            if c.spec_token_ids:               # position start + j: after the fed token and j drafts
+                sampled[c.seq_id] = _verified(c.spec_token_ids,
+                                              lambda j: self.next_token(c.seq_id, tuple(toks[:c.start + 1 + j])))
+            elif c.sample:
                 token = self.next_token(c.seq_id, tuple(toks[:c.seq_len]))
                 sampled[c.seq_id] = [token] * c.num_samples
         return sampled
+
+
+def _verified(drafts, target) -> list[int]:
+    """Greedy verification, asking ``target(j)`` (the token after ``j`` drafts) only as far as
+    needed: the drafts kept while each equals it, then the first token that differs or follows."""
+    out = []
+    for j, d in enumerate(drafts):
+        out.append(target(j))
+        if out[-1] != d:
+            return out
+    out.append(target(len(drafts)))
+    return out

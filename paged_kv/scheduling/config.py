@@ -51,6 +51,10 @@ class SchedulerConfig:
             :func:`~paged_kv.scheduling.rules.admission_order` says how, and what it risks).  With
             prefix caching off every request finds 0 tokens cached, so ``"lpm"`` is FCFS (as SGLang
             falls back to FCFS without its radix cache).
+        num_lookahead_tokens: speculative decoding's ``k`` (vLLM's ``num_lookahead_tokens``, set
+            from ``num_speculative_tokens``): the most draft tokens a decoding sequence runs per
+            step, each with a slot of its own; 0 (the default): no speculation.  The scheduler
+            needs a proposer for it (:class:`~paged_kv.scheduling.scheduler.Scheduler`).
 
     Raises:
         ConfigError: a bad value (the message names it), or knobs that cannot go together: swap
@@ -71,6 +75,7 @@ class SchedulerConfig:
     enable_prefix_caching: bool = False
     prefix_caching_hash_algo: str | Callable = "sha256"
     policy: str = "fcfs"
+    num_lookahead_tokens: int = 0
 
     def __post_init__(self) -> None:
         fix = lambda name, value: object.__setattr__(self, name, value)  # frozen dataclass
@@ -88,6 +93,7 @@ class SchedulerConfig:
             raise ConfigError("preemption_mode='swap' needs a CPU pool: set num_cpu_blocks >= 1")
         if self.max_model_len is not None:
             fix("max_model_len", count("max_model_len (tokens)", self.max_model_len))
+        fix("num_lookahead_tokens", count("num_lookahead_tokens (draft tokens)", self.num_lookahead_tokens, 0))
         if self.reservation not in RESERVATIONS:
             raise ConfigError(f"reservation must be one of {RESERVATIONS}, got {self.reservation!r}")
         if self.reservation == "max" and self.max_model_len is None:

@@ -43,6 +43,10 @@ class Chunk(NamedTuple):
             chunk's request has a frequency penalty (the penalty counts them); else empty.
         adapter_shift: the request's adapter (a stand-in for a LoRA adapter: the runner feeds
             token ``(t + shift) mod V`` for ``t``); 0 for none.
+        spec_token_ids: the draft tokens this chunk verifies (vLLM's ``scheduled_spec_decode_tokens``),
+            the last ``d`` of ``token_ids``: a *verify chunk* runs the sequence's last sampled token
+            and ``d`` drafts, each with a lookahead slot.  The runner returns the accepted drafts
+            and one token more (1 .. d + 1 tokens); ``()`` for any other chunk.
     """
 
     request_id: Hashable
@@ -57,6 +61,7 @@ class Chunk(NamedTuple):
     sampling_params: SamplingParams | None = None
     output_token_ids: tuple[int, ...] = ()
     adapter_shift: int = 0
+    spec_token_ids: tuple[int, ...] = ()
 
     @property
     def query_len(self) -> int:
@@ -83,7 +88,8 @@ class SchedulerOutput:
     the runner drops their state), ``preempted`` (request ids, with ``recomputed`` and ``swapped`` split), ``admitted``
     (started or resumed), ``prefill_tokens`` and ``decode_tokens`` (the token budget used),
     ``cache_hits`` (per request admitted now, the prompt tokens its prefix-cache hit saved) and
-    ``hit_blocks`` (the blocks those hits handed out), ``same_step_hits`` (per request admitted now
+    ``hit_blocks`` (the blocks those hits handed out), ``num_draft_tokens`` (draft tokens scheduled
+for verification, in verify chunks; a share of the token budget too), ``same_step_hits`` (per request admitted now
     whose hit includes blocks that *this* step writes, registered when an earlier chunk of the step
     was scheduled: the requests whose chunks write them, in step order), ``prompt_token_ids`` (per
 request admitted from the waiting queue in this step, first time or after a recompute, its prompt:
@@ -107,6 +113,7 @@ the context a prefix-cache hit lets it skip from it).
     admitted: list = field(default_factory=list)
     prefill_tokens: int = 0
     decode_tokens: int = 0
+    num_draft_tokens: int = 0
     cache_hits: dict = field(default_factory=dict)
     hit_blocks: list = field(default_factory=list)
     same_step_hits: dict = field(default_factory=dict)
@@ -129,8 +136,8 @@ the context a prefix-cache hit lets it skip from it).
 
     @property
     def num_tokens(self) -> int:
-        """Tokens the step runs (its share of ``max_num_batched_tokens``)."""
-        return self.prefill_tokens + self.decode_tokens
+        """Tokens the step runs (its share of ``max_num_batched_tokens``), draft tokens included."""
+        return self.prefill_tokens + self.decode_tokens + self.num_draft_tokens
 
     @property
     def query_lens(self) -> list[int]:
@@ -154,7 +161,9 @@ the context a prefix-cache hit lets it skip from it).
     def check_sampled(self, sampled, skip=frozenset()) -> None:
         """Check a runner's result against this step before anything records it: a dict from the id
         of every sampling chunk's sequence to ``num_samples`` token ids (ints >= 0), nothing else
-        (the chunks of the requests in ``skip``, whose part of the step failed, need none).
+        (the chunks of the requests in ``skip``, whose part of the step failed, need none).  A verify
+        chunk's sequence gets 1 .. d + 1 tokens, all but the last equal to its first drafts (the
+        accepted ones).
 
         Raises:
             PagedKVError: naming what does not match.
@@ -166,7 +175,17 @@ the context a prefix-cache hit lets it skip from it).
         if bad:
             raise PagedKVError(f"sampled token ids must be ints >= 0, got {bad[:3]!r}")
         chunks = [c for c in self.chunks if c.request_id not in skip]
-        missing = [c.seq_id for c in chunks if c.sample and len(sampled.get(c.seq_id, ())) != c.num_samples]
+        missing = [c.seq_id for c in chunks if c.sample and not c.spec_token_ids
+                   and len(sampled.get(c.seq_id, ())) != c.num_samples]
+        for c in chunks:
+            if c.spec_token_ids and c.seq_id in sampled:
+                toks, d = list(sampled[c.seq_id]), list(c.spec_token_ids)
+                if not 1 <= len(toks) <= len(d) + 1 or toks[:-1] != d[:len(toks) - 1]:
+                    raise PagedKVError(f"sequence {c.seq_id} verified drafts {d} in step {self.step}: the runner must "
+                                       f"return the accepted drafts and one token more (1 to {len(d) + 1} tokens), "
+                                       f"got {toks}")
+            elif c.spec_token_ids:
+                missing.append(c.seq_id)
         extra = set(sampled) - {c.seq_id for c in chunks if c.sample}
         if missing or extra:
             raise PagedKVError(f"sampled tokens do not match step {self.step}: missing or a wrong count for "

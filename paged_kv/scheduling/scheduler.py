@@ -31,7 +31,22 @@ whose), and because nothing can end the writer between its scheduling and its ru
 victim is never a request already scheduled in the step, and ``finish_request``/``preempt`` refuse
 while a step is in flight.  If the writer's part of the step fails, :meth:`Scheduler.update` drops
 the entries registered for it, and each reader (:meth:`SchedulerOutput.readers_of`), which the
-runner did not run, goes back to the waiting queue as if it had not been admitted.  Pure Python.
+runner did not run, goes back to the waiting queue as if it had not been admitted.
+
+**Speculative decoding** (chapter 9; vLLM v1's scheduler with ``num_lookahead_tokens``): given a
+proposer, a running sequence that is decoding (one pending token, at least one generated) gets a
+*verify chunk*: its last sampled token and up to ``k`` draft tokens, each with a lookahead slot,
+all ``1 + d`` counted against the token budget.  The draft is capped at
+``min(k, max_tokens - generated - 1, budget left - 1)`` (and by ``max_model_len``): the verify
+pass emits the accepted drafts and one token more, never past ``max_tokens``.  The rule for
+memory: a request's drafts are scheduled only if their extra blocks fit beside what the running
+requests not yet scheduled in this step need for their own tokens; otherwise it decodes without
+speculation this step.  So speculation never preempts anyone (vLLM v1 may preempt for lookahead
+slots; here a draft, a guess, never evicts verified work), and never takes a block the pool's
+other requests need now; it can delay an admission, whose budget and blocks it used.  A verify
+chunk registers in the prefix cache only blocks that verified tokens fill (never a draft), and
+:meth:`update` rolls the rejected drafts' slots back with
+:meth:`~paged_kv.blocks.BlockSpaceManager.truncate`.  Pure Python.
 """
 
 from __future__ import annotations
@@ -40,8 +55,9 @@ from collections import deque
 from typing import Hashable
 
 from ..blocks import BlockSpaceManager
-from ..errors import AdmissionError, ConfigError, PagedKVError
+from ..errors import AdmissionError, ConfigError, OutOfBlocksError, PagedKVError
 from ..sampling_params import SamplingParams
+from ..spec_decode.proposer import check_draft, check_proposer
 from .admission import Admission, Verdict, decide, never_reason, reserved_tokens
 from .config import PREEMPTION_MODES, SchedulerConfig
 from .output import Chunk, SchedulerOutput
@@ -58,6 +74,11 @@ class Scheduler:
 
     Args:
         config: the :class:`~paged_kv.scheduling.config.SchedulerConfig`.
+        proposer: drafts tokens for speculative decoding (:class:`~paged_kv.spec_decode.Proposer`),
+            with ``config.num_lookahead_tokens >= 1``; ``None``: no speculation.
+
+    Raises:
+        ConfigError: a proposer without ``num_lookahead_tokens``, or the other way round.
 
     Attributes:
         waiting, running, swapped: the queues (:class:`~paged_kv.scheduling.request.Request`\\ s;
@@ -67,6 +88,8 @@ class Scheduler:
         finished: requests done, in finishing order.
         num_preemptions, num_recomputes, num_swaps, num_swapped_blocks: counters (blocks moved
             out, each shared block once).
+        num_draft_tokens, num_accepted_tokens: draft tokens verified, and accepted (vLLM's
+            ``SpecDecodingStats``); their ratio is the acceptance rate.
         prefix_queries, prefix_hits: prompt tokens looked up in the prefix cache at first
             admissions, and found there (vLLM's ``PrefixCacheStats.queries``/``hits``).
         preempted_prefix_queries, preempted_prefix_hits: the same at re-admissions after a
@@ -74,10 +97,16 @@ class Scheduler:
             request re-finding its own blocks says nothing about sharing.
     """
 
-    def __init__(self, config: SchedulerConfig) -> None:
+    def __init__(self, config: SchedulerConfig, proposer=None) -> None:
         if not isinstance(config, SchedulerConfig):
             raise ConfigError(f"config must be a SchedulerConfig, got {config!r}")
+        if (proposer is None) != (config.num_lookahead_tokens == 0):
+            raise ConfigError(f"speculation needs both a proposer and num_lookahead_tokens >= 1: got "
+                              f"{type(proposer).__name__} and num_lookahead_tokens={config.num_lookahead_tokens}")
         self.config = config
+        self.proposer = None if proposer is None else check_proposer(proposer)
+        self.num_draft_tokens = self.num_accepted_tokens = 0
+        self._drafted: set[int] = set()        # sequences the proposer was asked about (released at their end)
         self.manager = BlockSpaceManager(config.num_gpu_blocks, config.block_size,
                                          num_cpu_blocks=config.num_cpu_blocks,
                                          enable_prefix_caching=config.enable_prefix_caching,
@@ -188,7 +217,7 @@ class Scheduler:
                 if victim is req:
                     break
             else:
-                budget -= self._commit(req, plan, out)
+                budget -= self._commit(req, plan, out, self._drafts(req, plan, budget, queue))
                 kept.append(req)
         self.running = kept
         preempted = bool(out.preempted)
@@ -267,7 +296,9 @@ class Scheduler:
             seq = _find(req, c.seq_id)
             seq.num_computed = c.seq_len                   # its blocks were registered at schedule()
             touched[req.request_id] = req
-            if c.sample:
+            if c.spec_token_ids:
+                self._record_verified(req, seq, c, sampled[c.seq_id])
+            elif c.sample:
                 toks = sampled[c.seq_id]
                 if c.num_samples > 1:                          # a fresh leader: the samples fork now
                     for i, tok in enumerate(toks[1:], start=1):
@@ -293,6 +324,24 @@ class Scheduler:
         for req in sorted((self.requests[r] for r in unread), key=_arrival, reverse=True):
             self._unadmit(req)
         return done
+
+    def _record_verified(self, req: Request, seq: Sequence, chunk: Chunk, tokens: list[int]) -> None:
+        """A verify chunk ran: ``tokens`` are its accepted drafts and one token more.  They join the
+        sequence one by one, as plain decoding would add them, until one finishes it (a stop token
+        id, ``max_tokens``): the rest are dropped.  The K/V written for the fed token and the kept
+        drafts stays; the slots of the rest go back (:meth:`~paged_kv.blocks.BlockSpaceManager.truncate`,
+        which frees the blocks wholly past the cut), as vLLM v1 lowers ``num_computed_tokens`` by
+        the rejected count."""
+        self.num_draft_tokens += len(chunk.spec_token_ids)
+        self.num_accepted_tokens += len(tokens) - 1
+        for tok in tokens:
+            seq.tokens.append(tok)
+            req.note_token(seq)
+            if seq.finished:
+                break
+        seq.num_computed = len(seq.tokens) - 1             # every token but the newest has its K/V
+        if not seq.finished and self.manager.num_tokens(seq.seq_id) > seq.num_computed:
+            self.manager.truncate(seq.seq_id, seq.num_computed)
 
     def _unadmit(self, req: Request) -> None:
         """Put ``req``, admitted in the step just recorded, back as if it had not been: its blocks are
@@ -353,14 +402,16 @@ class Scheduler:
         if req.request_id in self._carry.swapped:
             self._carry.swapped.remove(req.request_id)
 
-    def finish_sample(self, request_id, index: int, reason: str = "stop") -> bool:
+    def finish_sample(self, request_id, index: int, reason: str = "stop", drop: int = 0) -> bool:
         """End sample ``index`` of a running request between steps (the engine found a stop string in
         its text); its blocks are freed (shared ones lose a holder) and, if it was the last sample
-        generating, the request finishes.  Returns whether the request finished.
+        generating, the request finishes.  ``drop``: its last tokens to take back first (tokens
+        a verify pass accepted after the one that completed the stop string).  Returns whether the
+        request finished.
 
         Raises:
-            PagedKVError: an unknown request, no such sample, a request not running, or a step in
-                flight.
+            PagedKVError: an unknown request, no such sample, a request not running, a step in
+                flight, or a ``drop`` reaching into the prompt.
         """
         if self._in_flight is not None:
             raise PagedKVError(f"step {self._in_flight.step} is in flight: end a sample between steps")
@@ -368,6 +419,12 @@ class Scheduler:
         seq = next((s for s in req.seqs if s.index == index), None)
         if seq is None or req.status != RUNNING:
             raise PagedKVError(f"request {request_id!r} has no running sample {index} ({req.status})")
+        if type(drop) is not int or not 0 <= drop <= seq.num_generated:
+            raise PagedKVError(f"drop must be an int from 0 to the sample's {seq.num_generated} generated tokens, "
+                               f"got {drop!r}")
+        if drop:
+            del seq.tokens[len(seq.tokens) - drop:]
+            seq.num_computed = min(seq.num_computed, len(seq.tokens))
         if seq.finish_reason is None:
             seq.finish_reason = reason
         if self._free_finished(req):
@@ -379,7 +436,17 @@ class Scheduler:
         for s in req.seqs:
             if s.finished and s.seq_id in self.manager:
                 self.manager.free(s.seq_id)
+                self._release_draft(s.seq_id)
         return req.finished and req.status == RUNNING
+
+    def _release_draft(self, seq_id: int) -> None:
+        """A sequence is done: a proposer with a cache of its own drops its state for it."""
+        if seq_id not in self._drafted:
+            return
+        self._drafted.discard(seq_id)
+        release = getattr(self.proposer, "release", None)
+        if callable(release):
+            release(seq_id)
 
     def _end(self, req: Request) -> Request:
         """``req`` has ended: off the running queue (the caller took it off any other), into
@@ -391,6 +458,7 @@ class Scheduler:
         self._carry.finished_req_ids.append(req.request_id)
         for s in req.seqs:
             self._hashes.pop(s.seq_id, None)
+            self._release_draft(s.seq_id)
         return req
 
     def _request(self, request_id) -> Request:
@@ -533,28 +601,67 @@ class Scheduler:
             return m.blocks_to_append(grow[0][0]) if grow[0][1] == 1 else 0
         return m.blocks_to_append_all([g[0] for g in grow], [max(0, g[1]) for g in grow])
 
-    def _commit(self, req: Request, plan: list[tuple[Sequence, int]], out: SchedulerOutput) -> int:
+    def _drafts(self, req: Request, plan: list[tuple[Sequence, int]], budget: int,
+                queue: list[Request]) -> dict[int, tuple[int, ...]]:
+        """The draft tokens ``req``'s decoding sequences verify in this step (seq id -> drafts), by
+        the rule of the module's docstring; ``{}``: no proposer, nothing decoding, or the drafts'
+        blocks do not fit beside ``queue``'s (the running requests still to schedule)."""
+        if self.proposer is None:
+            return {}
+        c, drafts = self.config, {}
+        left = budget - sum(k for _, k in plan)
+        for seq, k in plan:
+            if k != 1 or seq.num_pending != 1 or seq.num_generated == 0 or left <= 0:
+                continue                                   # a prefill chunk, or no budget for a draft
+            limit = min(c.num_lookahead_tokens, req.max_tokens - seq.num_generated - 1, left)
+            if c.max_model_len is not None:                # the last draft sits at position len(tokens) - 1 + d
+                limit = min(limit, c.max_model_len - len(seq.tokens))
+            if limit <= 0:
+                continue
+            self._drafted.add(seq.seq_id)
+            try:
+                draft = self.proposer.propose(tuple(seq.tokens), limit, seq_id=seq.seq_id)
+            except OutOfBlocksError:                       # a draft model's own pool is full: no draft
+                continue
+            draft = check_draft(draft, limit, seq.seq_id)
+            if draft:
+                drafts[seq.seq_id] = tuple(draft)
+                left -= len(draft)
+        if not drafts:
+            return {}
+        wider = [(seq, k + len(drafts.get(seq.seq_id, ()))) for seq, k in plan]
+        others = sum(self._blocks_for(r.plan(left, c.enable_chunked_prefill)) for r in queue)
+        if self._blocks_for(wider) + others > self.manager.num_free_blocks:
+            return {}                                      # no room: decode without speculation
+        return drafts
+
+    def _commit(self, req: Request, plan: list[tuple[Sequence, int]], out: SchedulerOutput,
+                drafts: dict[int, tuple[int, ...]] | None = None) -> int:
         """Take the plan's slots and record its chunks, each complete for the runner; returns the
-        tokens used.  The slot mapping is computed here, once."""
+        tokens used.  The slot mapping is computed here, once.  ``drafts``: per sequence, the draft
+        tokens its verify chunk runs after its one pending token (:meth:`_drafts`)."""
         m, used = self.manager, 0
         p = req.sampling_params
         penalty = p is not None and p.frequency_penalty != 0
         for seq, k in plan:
-            start, end = seq.num_computed, seq.num_computed + k
+            draft = (drafts or {}).get(seq.seq_id, ())
+            start, verified = seq.num_computed, seq.num_computed + k     # verified: tokens the sequence holds
+            end = verified + len(draft)
             grow = end - m.num_tokens(seq.seq_id)
-            if grow == 1 and k == 1:                       # a decode token: one slot
+            if grow == 1 and k == 1 and not draft:         # a decode token: one slot
                 slots = (m.append_slot(seq.seq_id),)
             else:
                 if grow > 0:
                     m.append_slots(seq.seq_id, grow)
                 slots = tuple(m.slot_mapping(seq.seq_id, start, end))
-            sample = end == len(seq.tokens) and (req.forked or len(req.seqs) == 1)
+            sample = verified == len(seq.tokens) and (req.forked or len(req.seqs) == 1)
             num_samples = req.n if sample and not req.forked else 1
-            out.chunks.append(Chunk(req.request_id, seq.seq_id, seq.index, start, tuple(seq.tokens[start:end]),
-                                    slots, m.block_ids(seq.seq_id), sample, num_samples, p,
-                                    tuple(seq.output) if sample and penalty else (), req.adapter_shift))
-            if self.config.enable_prefix_caching:          # rule 2: registered when scheduled (vLLM v1)
-                added = m.cache_full_blocks(seq.seq_id, seq.tokens, end, req.extra_key,
+            out.chunks.append(Chunk(req.request_id, seq.seq_id, seq.index, start,
+                                    tuple(seq.tokens[start:verified]) + draft, slots, m.block_ids(seq.seq_id),
+                                    sample, num_samples, p, tuple(seq.output) if sample and penalty else (),
+                                    req.adapter_shift, draft))
+            if self.config.enable_prefix_caching:          # rule 2: registered when scheduled (vLLM v1);
+                added = m.cache_full_blocks(seq.seq_id, seq.tokens, verified, req.extra_key,   # drafts never
                                             self._hashes.setdefault(seq.seq_id, []))
                 if added:
                     self._registered_now.setdefault(req.request_id, []).append((seq.seq_id, added))
@@ -563,7 +670,8 @@ class Scheduler:
                 out.decode_tokens += 1
             else:
                 out.prefill_tokens += k
-            used += k
+            out.num_draft_tokens += len(draft)
+            used += k + len(draft)
         return used
 
     def _preempt(self, req: Request, out: SchedulerOutput, mode: str | None = None) -> None:

@@ -9,6 +9,7 @@ rolled back (:meth:`paged_kv.blocks.BlockSpaceManager.truncate`).  Leviathan, Ka
 
 * :mod:`~paged_kv.spec_decode.config`: :class:`SpeculativeConfig`, vLLM's ``speculative_config``;
 * :mod:`~paged_kv.spec_decode.ngram`: :class:`NgramProposer`, prompt-lookup drafting;
+* :mod:`~paged_kv.spec_decode.proposer`: :class:`Proposer`, what the scheduler asks of a drafter;
 * :mod:`~paged_kv.spec_decode.acceptance`: :func:`accept_greedy`, the greedy acceptance rule;
 * :mod:`~paged_kv.spec_decode.sampling_rule`: :func:`speculative_sample`, the speculative-sampling
   rule (Leviathan et al. 2023, Alg. 1), exact over Fractions with an injected random source;
@@ -26,11 +27,12 @@ from .acceptance import accept_greedy
 from .config import SPECULATIVE_METHODS, SpeculativeConfig
 from .enumeration import exact_output_distribution, speculative_distribution, target_distribution
 from .ngram import NgramProposer
+from .proposer import Proposer, check_draft, check_proposer
 from .replay import PHASES, SlotState, SpecStep, SpeculationTrace, replay_speculation
 from .sampling_rule import (FLOAT_TOLERANCE, check_distribution, residual, rule_outcomes, speculative_sample,
                             uniform_chooser)
 
-__all__ = ["FLOAT_TOLERANCE", "PHASES", "SPECULATIVE_METHODS", "NgramProposer", "SlotState", "SpecStep",
+__all__ = ["FLOAT_TOLERANCE", "PHASES", "SPECULATIVE_METHODS", "NgramProposer", "Proposer", "SlotState", "SpecStep",
            "SpeculationTrace", "SpeculativeConfig", "accept_greedy",
-           "check_distribution", "exact_output_distribution", "residual", "rule_outcomes", "speculative_distribution",
+           "check_distribution", "check_draft", "check_proposer", "exact_output_distribution", "residual", "rule_outcomes", "speculative_distribution",
            "replay_speculation", "speculative_sample", "target_distribution", "uniform_chooser"]

@@ -16,7 +16,7 @@ from ..validate import count
 
 __all__ = ["SPECULATIVE_METHODS", "SpeculativeConfig"]
 
-SPECULATIVE_METHODS = ("ngram",)
+SPECULATIVE_METHODS = ("ngram", "draft_model")
 DEFAULT_PROMPT_LOOKUP = 5            # vLLM's, for both bounds when neither is given
 
 
@@ -25,24 +25,29 @@ class SpeculativeConfig:
     """Speculative decoding's knobs (vLLM's names).
 
     Attributes:
-        method: how drafts are made; ``"ngram"``, prompt lookup (:class:`~paged_kv.spec_decode.ngram.NgramProposer`).
-            A draft model (``"draft_model"``) is not built yet and is refused by name.
+        method: how drafts are made: ``"ngram"``, prompt lookup
+            (:class:`~paged_kv.spec_decode.ngram.NgramProposer`), or ``"draft_model"``, a smaller
+            model of the same tokenizer (:class:`~paged_kv.engine.draft_proposer.DraftModelProposer`;
+            the engine builds it from the target's first ``draft_num_layers`` layers,
+            :func:`~paged_kv.model.draft.truncated_draft`, where vLLM takes a second checkpoint
+            as ``model``).
         num_speculative_tokens: ``k``, the most draft tokens per sequence per step (tokens, >= 1).
         prompt_lookup_min, prompt_lookup_max: the shortest and longest n-gram (tokens) the
-            proposer matches against the sequence's earlier tokens.
+            ``ngram`` proposer matches against the sequence's earlier tokens.
+        draft_num_layers: the draft model's layers (``"draft_model"`` only; default 1).
 
     Raises:
-        ConfigError: an unknown method, a count that is not an int >= 1, ``min > max``.
+        ConfigError: an unknown method, a count that is not an int >= 1, ``min > max``, or
+            ``draft_num_layers`` with ``"ngram"``.
     """
 
     method: str = "ngram"
     num_speculative_tokens: int = 1
     prompt_lookup_min: int | None = None
     prompt_lookup_max: int | None = None
+    draft_num_layers: int | None = None
 
     def __post_init__(self) -> None:
-        if self.method == "draft_model":
-            raise ConfigError("speculative method 'draft_model' is not built yet; use 'ngram'")
         if self.method not in SPECULATIVE_METHODS:
             raise ConfigError(f"speculative method must be one of {SPECULATIVE_METHODS}, got {self.method!r}")
         count("num_speculative_tokens", self.num_speculative_tokens, 1)
@@ -53,6 +58,12 @@ class SpeculativeConfig:
         hi = lo if hi is None else count("prompt_lookup_max", hi, 1)
         if lo > hi:
             raise ConfigError(f"prompt_lookup_min ({lo}) must be <= prompt_lookup_max ({hi})")
+        if self.method == "draft_model":
+            object.__setattr__(self, "draft_num_layers", count("draft_num_layers", 1 if self.draft_num_layers is None
+                                                               else self.draft_num_layers, 1))
+        elif self.draft_num_layers is not None:
+            raise ConfigError(f"draft_num_layers ({self.draft_num_layers!r}) is for method 'draft_model', "
+                              f"not {self.method!r}")
         object.__setattr__(self, "prompt_lookup_min", lo)
         object.__setattr__(self, "prompt_lookup_max", hi)
 

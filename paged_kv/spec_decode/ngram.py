@@ -48,9 +48,11 @@ class NgramProposer:
         """From a :class:`~paged_kv.spec_decode.config.SpeculativeConfig`."""
         return cls(config.num_speculative_tokens, config.prompt_lookup_min, config.prompt_lookup_max)
 
-    def propose(self, token_ids: Sequence[int], limit: int | None = None) -> list[int]:
+    def propose(self, token_ids: Sequence[int], limit: int | None = None, *, seq_id=None) -> list[int]:
         """The draft after ``token_ids`` (the sequence so far: prompt and output), at most
-        ``min(k, limit)`` tokens; ``[]`` when no n-gram of the allowed lengths recurs.
+        ``min(k, limit)`` tokens; ``[]`` when no n-gram of the allowed lengths recurs.  ``seq_id``
+        is accepted for the proposer protocol (:mod:`~paged_kv.spec_decode.proposer`) and unused:
+        the lookup keeps nothing between calls.
 
         Raises:
             PromptError: ``token_ids`` is not a sequence of ints.

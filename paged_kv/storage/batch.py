@@ -125,17 +125,21 @@ def prepare_paged_batch(rows: Sequence[BatchRow], phase: str, device=None) -> Pa
 
 
 @torch.no_grad()
-def run_paged_batch(model, cache, batch: PagedBatch, backend: str = "torch", reduction=None) -> torch.Tensor:
+def run_paged_batch(model, cache, batch: PagedBatch, backend: str = "torch", reduction=None,
+                    all_positions: bool = False) -> torch.Tensor:
     """Step 4 of the module's order: run ``model`` (a :class:`~paged_kv.model.TinyLlama`) on the
     batch over ``cache`` (a :class:`~paged_kv.storage.PagedKVCache`); returns each row's
-    next-token logits ``[B, V]`` (fp32).  The step's copy-on-write copies must be applied first.
+    next-token logits ``[B, V]`` (fp32), or with ``all_positions`` the logits after every new token
+    ``[B, T, V]`` (right-padded rows: row ``b`` is valid up to its own length; speculative
+    decoding's verify pass reads one distribution per draft).  The step's copy-on-write copies
+    must be applied first.
     ``reduction``: the order of the pass's sums (:class:`~paged_kv.model.reduction.ReductionOrder`).
 
     Raises whatever the cache and model raise (``CacheError``, ``TensorError``, ``PromptError``,
     ``ConfigError``).
     """
     logits = model(batch.input_ids, batch.metadata, cache, backend, reduction)      # (B, T, V)
-    return last_token_logits(logits, batch.metadata.query_lens)
+    return logits if all_positions else last_token_logits(logits, batch.metadata.query_lens)
 
 
 def run_from_manager(model, cache, manager: BlockSpaceManager, seq_ids: Sequence[Hashable],

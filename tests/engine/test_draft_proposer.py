@@ -9,7 +9,7 @@ from hypothesis import given, settings, strategies as st
 
 from paged_kv.decoding import speculative_greedy
 from paged_kv.engine.draft_proposer import DraftModelProposer
-from paged_kv.errors import BlockError, ConfigError, PromptError
+from paged_kv.errors import BlockError, ConfigError, OutOfBlocksError, PromptError
 from paged_kv.model import SamplingParams, probabilities, truncated_draft
 from paged_kv.model.checkpoint import load_tiny_model
 from paged_kv.spec_decode import NgramProposer
@@ -154,7 +154,7 @@ def test_pool_too_small_names_the_numbers_and_changes_nothing(tiny, draft):
     h = tok.encode("ROMEO:\n")                      # 7 + 3 drafts = 10 tokens: 3 blocks
     proposer.propose(h, seq_id="a")
     before = proposer.cached_tokens("a")
-    with pytest.raises(BlockError, match=r"3 blocks of 4 tokens.*need 2 blocks; it holds 0 and 0 are free"):
+    with pytest.raises(OutOfBlocksError, match=r"3 blocks of 4 tokens.*holding 0 .*needed 2, free 0"):
         proposer.propose(tok.encode("Hi"), seq_id="b")
     assert proposer.cached_tokens("a") == before and proposer.cached_tokens("b") == []
     check_pool(proposer)

@@ -83,11 +83,15 @@ def test_config_defaults_and_mirroring_follow_vllm():
     assert SpeculativeConfig.from_dict(d) == SpeculativeConfig(**d)
     p = NgramProposer.from_config(SpeculativeConfig.from_dict(d))
     assert (p.k, p.min_n, p.max_n) == (6, 3, 3)
+    assert SpeculativeConfig(method="draft_model").draft_num_layers == 1
+    assert SpeculativeConfig(method="draft_model", draft_num_layers=3).draft_num_layers == 3
+    assert p.propose([1, 2, 3, 1, 2], seq_id=7) == p.propose([1, 2, 3, 1, 2])    # the protocol's keyword
 
 
 @pytest.mark.parametrize("bad, match", [
     ({"method": "eagle"}, "must be one of"),
-    ({"method": "draft_model"}, "not built yet"),
+    ({"method": "draft_model", "draft_num_layers": 0}, "draft_num_layers"),
+    ({"method": "ngram", "draft_num_layers": 2}, "is for method 'draft_model'"),
     ({"num_speculative_tokens": 0}, "num_speculative_tokens"),
     ({"num_speculative_tokens": True}, "num_speculative_tokens"),
     ({"prompt_lookup_min": 0}, "prompt_lookup_min"),
