@@ -40,7 +40,7 @@ PARTS = {
     "engine": ("__init__", "config", "live", "llm_engine", "metrics", "outputs", "runner_output", "step_record",
                "timing_runner", "token_source"),
     "viz": ("__init__", "attention", "blocks", "calculator", "controls", "cost", "gpu_results", "kernel_walk",
-            "labels", "logical_view", "memory", "palette", "prefix_cache", "serving", "sharing"),
+            "labels", "logical_view", "memory", "palette", "prefix_cache", "serving", "sharing", "spec_decode"),
 }
 PACKAGES = ("panels",)                               # whole, with their JSON data (*.json)
 DATA = ("model/weights/config.json",)                 # read by memory.presets.tiny_spec

@@ -39,7 +39,7 @@ ALLOWED = {
     "storage": LEAVES | {"kernels", "model", "blocks", "memory"},
     "decoding": LEAVES | {"model", "storage", "blocks", "spec_decode"},
     "engine": LEAVES | {"memory", "model", "storage", "blocks", "scheduling", "sim", "decoding", "spec_decode"},
-    "viz": LEAVES | {"memory", "blocks", "sim"},
+    "viz": LEAVES | {"memory", "blocks", "sim", "spec_decode"},     # spec_decode.py draws replayed SpecSteps
     # the panel models run in Pyodide too: what they import must load without torch and numpy
     # (checked at run time by the pure-layers test below, not by this table)
     "panels": LEAVES | {"memory", "blocks", "scheduling", "model", "engine", "viz", "spec_decode"},
@@ -361,6 +361,13 @@ def exercise():
     pio.templates.default = TEMPLATE          # as the worker and the book set it, whoever ran first
     fig = line_figure(range(3), {"used": [1, 2, 3]}, "blocks", "step", "blocks")
     r["figure_sha"] = hashlib.sha256(pio.to_json(fig).encode()).hexdigest()
+    # chapter 9: speculation replayed through the block manager, and its figures
+    from paged_kv.spec_decode import NgramProposer, replay_speculation
+    from paged_kv.viz.spec_decode import acceptance_rows, rollback_figure, speedup_figure
+    spec = replay_speculation([1, 2, 3, 1, 2], [3, 4, 1, 2, 3, 1], NgramProposer(3, 2), block_size=2, num_blocks=6)
+    fig = rollback_figure(spec)
+    r["spec"] = [acceptance_rows({3: spec}, "ngram"), hashlib.sha256(pio.to_json(fig).encode()).hexdigest(),
+                 list(speedup_figure("Llama-3-8B", "H100", ks=[2], alpha=0.5, batches=[1, 512]).data[1].y)]
     return r
 """
 _RUN = """
@@ -391,6 +398,8 @@ def _expected() -> dict:
     assert r["plan"][0] == 2 * spec.num_layers * spec.num_kv_heads * spec.head_dim * 2   # K and V, fp16
     assert r["texts"] == [" sat on the mat.", "hellohe"]    # recorded; the stand-in repeats the prompt
     assert r["live"][:2] == ["The cat sat", "The cat sat"] and r["live"][3] is False
+    assert r["spec"][0][0]["k"] == 3 and r["spec"][0][0]["drafted"] > r["spec"][0][0]["accepted"] > 0
+    assert r["spec"][0][0]["blocks_freed"] > 0                  # the figure draws a freed block
     import numpy as np
     assert r["p90"] == float(np.percentile(r["ttft"] + [0.5, 0.25], 90))
     assert r["summary"]["mean"] == float(np.mean([0.3, 0.1, 0.2, 0.7]))

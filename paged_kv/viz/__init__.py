@@ -6,7 +6,7 @@ figure: whitespace made visible), :mod:`~paged_kv.viz.controls` (sliders and
 dropdowns that find what they change by name), :mod:`~paged_kv.viz.text` (computed prose, tables,
 package source); by chapter: ``attention``, ``cost`` (1-2); ``memory``, ``calculator`` (3);
 ``fragmentation`` (4); ``blocks``, ``logical_view``, ``kernel_walk``, ``gpu_results`` (5);
-``sharing`` (6); ``serving`` (7); ``prefix_cache`` (8).  Of the package, only ``widgets/`` imports
+``sharing`` (6); ``serving`` (7); ``prefix_cache`` (8); ``spec_decode`` (9).  Of the package, only ``widgets/`` imports
 this layer.
 
 Figures are built by pure functions of recorded data (snapshots, measurements), so the static
