@@ -7,6 +7,8 @@
   :mod:`~paged_kv.engine.timing_runner`: :class:`TimingRunner` (a timing model of a large one, its
   swaps timed by :class:`SwapTime`); each
   returns a :class:`ModelRunnerOutput` (:mod:`~paged_kv.engine.runner_output`).
+* :mod:`~paged_kv.engine.draft_proposer`: :class:`DraftModelProposer`, speculative decoding's
+  draft model over a paged cache of its own (chapter 9; torch).
 * :mod:`~paged_kv.engine.token_source`: where a token comes from without the model
   (:class:`RecordedTokens`, recorded greedy continuations, and a labelled stand-in).
 * :mod:`~paged_kv.engine.outputs`: :class:`RequestOutput`; :mod:`~paged_kv.engine.metrics`:
@@ -19,17 +21,19 @@
   rates) and :func:`rate_sweep` (latency against request rate), :class:`SwapTime`, :func:`engine_config_for`.
 
 The names below are imported on first use (``lazy_loader``, as ``paged_kv`` does).  Every
-module here but ``runner``, ``serving`` and ``exactness`` imports without torch and numpy (the
+module here but ``runner``, ``draft_proposer``, ``serving`` and ``exactness`` imports without torch and numpy (the
 browser build runs them); ``LiveRequests`` and ``LLMEngine`` load the model's side only when
 given a model.
 """
 
 import lazy_loader as _lazy
 
-# "runner" is a submodule here too: llm_engine names it with lazy_loader.load (torch, on first use),
-# which leaves it in sys.modules unbound, and ``paged_kv.engine.runner`` must still find it.
-__getattr__, __dir__, __all__ = _lazy.attach(__name__, submodules=["runner"], submod_attrs={
+# "runner" and "draft_proposer" are submodules here too: llm_engine names them with lazy_loader.load
+# (torch, on first use), which leaves them in sys.modules unbound, and ``paged_kv.engine.runner``
+# must still find it.
+__getattr__, __dir__, __all__ = _lazy.attach(__name__, submodules=["runner", "draft_proposer"], submod_attrs={
     "config": ["EngineConfig"],
+    "draft_proposer": ["DraftModelProposer"],
     "live": ["LiveRequests"],
     "llm_engine": ["LLMEngine"],
     "metrics": ["DISTSERVE_CHATBOT_OPT13B", "SLO", "EngineStats", "goodput_rate", "inter_token_latencies",
@@ -43,3 +47,4 @@ __getattr__, __dir__, __all__ = _lazy.attach(__name__, submodules=["runner"], su
     "token_source": ["RecordedTokens", "TokenSource"],
 })
 __all__.remove("runner")              # the same list __dir__ returns
+__all__.remove("draft_proposer")

@@ -23,9 +23,10 @@ import lazy_loader as _lazy
 
 from ..sampling_params import SamplingParams
 
-# "sampling" is a submodule here too: engine.live names it with lazy_loader.load (torch, on first
-# use), which leaves it in sys.modules unbound, and ``paged_kv.model.sampling`` must still find it.
-__getattr__, __dir__, __all__ = _lazy.attach(__name__, submodules=["sampling"], submod_attrs={
+# "sampling" and "draft" are submodules here too: engine.live and engine.llm_engine name them with
+# lazy_loader.load (torch, on first use), which leaves them in sys.modules unbound, and
+# ``paged_kv.model.sampling`` must still find it.
+__getattr__, __dir__, __all__ = _lazy.attach(__name__, submodules=["sampling", "draft"], submod_attrs={
     "attention": ["BACKENDS", "AttentionMetadata", "check_backend", "decode_attention", "prefill_attention"],
     "checkpoint": ["load_checkpoint", "load_tiny_model", "save_checkpoint", "weights_dir"],
     "config": ["ModelConfig"],
@@ -36,4 +37,5 @@ __getattr__, __dir__, __all__ = _lazy.attach(__name__, submodules=["sampling"], 
     "tokenizer": ["ByteTokenizer"],
 })
 __all__.remove("sampling")
+__all__.remove("draft")
 __all__.append("SamplingParams")      # the same list __dir__ returns
