@@ -79,7 +79,8 @@ def seq_name(request: Request, seq: Sequence) -> str:
 
 
 def describe(out: SchedulerOutput, done: list[Request]) -> str:
-    """One step in words: who was admitted, preempted (how), finished; prefill chunks and decodes."""
+    """One step in words: who was admitted, preempted (how), finished; prefill chunks, verify chunks
+    (speculative decoding: each one's drafts, its decode token counted with the decodes) and decodes."""
     parts = []
     if out.admitted:
         parts.append("admitted " + ", ".join(map(str, out.admitted)))
@@ -92,9 +93,14 @@ def describe(out: SchedulerOutput, done: list[Request]) -> str:
         parts.append("swapped out " + ", ".join(map(str, out.swapped)))
     if out.swap_in:
         parts.append(f"{len(out.swap_in)} blocks swapped in")
-    chunks = [f"{c.request_id}[{c.start}:{c.seq_len}]" for c in out.chunks if c.query_len > 1 or not c.sample]
+    chunks = [f"{c.request_id}[{c.start}:{c.seq_len}]" for c in out.chunks
+              if (c.query_len > 1 or not c.sample) and not c.spec_token_ids]
     if chunks:
         parts.append("prefill " + ", ".join(chunks))
+    verify = [f"{c.request_id}: {len(c.spec_token_ids)} draft{'s' * (len(c.spec_token_ids) > 1)}"
+              for c in out.chunks if c.spec_token_ids]
+    if verify:
+        parts.append("verify " + ", ".join(verify))
     if out.decode_tokens:
         parts.append(f"{out.decode_tokens} decode token{'s' if out.decode_tokens > 1 else ''}")
     if out.copies:

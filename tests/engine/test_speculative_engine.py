@@ -370,3 +370,12 @@ def test_a_stop_token_inside_an_accepted_run_ends_it_there():
     o = e.output(rid)
     assert o.token_ids == [[7, 8, 9]] and o.finish_reason == ["stop"]
     assert e.stats.num_accepted_tokens == 3 and e.scheduler.manager.num_free_blocks == 16
+
+
+def test_a_recorded_step_says_it_verified_drafts():
+    e = timing_engine([7, 8, 9])
+    e.record = True
+    e.add_request([1, 2, 3], SamplingParams(max_tokens=6), request_id="A")
+    e.step()
+    e.step()
+    assert e.records[-1].text == "verify A: 3 drafts; 1 decode token"
