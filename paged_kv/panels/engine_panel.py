@@ -294,7 +294,7 @@ def text_field(action: Mapping[str, Any], key: str, default: str = "") -> str:
 
 
 #: the words the page's controls use for an action's fields, with vLLM's name after them in errors
-FIELD_WORDS = {"max_tokens": "new tokens", "n": "samples"}
+FIELD_WORDS = {"max_tokens": "new tokens", "n": "samples", "k": "drafts", "ngram": "n-gram length"}
 
 
 def field_name(key: str) -> str:

@@ -23,6 +23,7 @@ PANELS = {
     "fork": "paged_kv.panels.block_pool:ForkPanel",                  # chapter 6
     "serving": "paged_kv.panels.serving:ServingPanel",               # chapter 7
     "prefix_cache": "paged_kv.panels.prefix_cache:PrefixCachePanel",  # chapter 8
+    "spec_decode": "paged_kv.panels.spec_decode:SpecDecodePanel",     # chapter 9
 }
 
 

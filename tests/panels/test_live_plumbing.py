@@ -11,7 +11,7 @@ from paged_kv.panels import figure_json, page, registry, step, worker
 from paged_kv.panels.base import PanelModel
 from paged_kv.panels.calculator import CalculatorPanel
 
-CONTRACT = {"calculator", "block_pool", "fork", "serving", "prefix_cache"}
+CONTRACT = {"calculator", "block_pool", "fork", "serving", "prefix_cache", "spec_decode"}
 
 
 def test_the_registry_names_the_five_panels_and_builds_those_that_import():
