@@ -26,8 +26,12 @@ import plotly.io as pio
 
 from ..errors import ConfigError, PagedKVError
 from ..viz import TEMPLATE
+from ..viz.labels import visible_token
 
-__all__ = ["PanelModel", "Step", "figure_json", "step"]
+__all__ = ["EMPTY_OPTION", "PanelModel", "Step", "figure_json", "option_label", "select_control", "step"]
+
+#: how a dropdown shows the empty option (a prefix of none): an empty ``<option>`` reads as nothing
+EMPTY_OPTION = "(none)"
 
 
 class PanelModel:
@@ -68,9 +72,33 @@ class PanelModel:
     def controls(self) -> list[dict]:
         """The panel's controls as JSON: a list of ``{"kind": "button", "label": ..., "op": ...}``
         and ``{"kind": "text" | "int" | "select", "name": ..., "label": ..., "value": ...,
-        ("options": [...], "min": ..., "max": ...)}``; a button's action is ``{"op": op}`` plus the
-        current value of every named input."""
+        ("options": [...], "labels": [...], "min": ..., "max": ...)}`` (a select shows
+        ``labels[i]`` for ``options[i]`` where it has labels, and sends the option itself); a
+        button's action is ``{"op": op}`` plus the current value of every named input."""
         return []
+
+
+def option_label(text: str) -> str:
+    """How a dropdown shows the option ``text``: a line break as ``⏎``, and any other whitespace
+    but a plain space as :func:`~paged_kv.viz.labels.visible_token` writes it (an ``<option>``
+    shows no line break: ``"ROMEO:\\nBut soft"`` would read ``"ROMEO: But soft"``, which is
+    another prompt); ``""`` as :data:`EMPTY_OPTION`.  The option's value stays ``text``."""
+    if not text:
+        return EMPTY_OPTION
+    return "".join(ch if ch == " " else visible_token(ch) for ch in text)
+
+
+def select_control(name: str, label: str, value: Any, options) -> dict:
+    """A ``"select"`` control (:meth:`PanelModel.controls`) offering ``options`` in order, with
+    ``value`` first when it is not among them (a panel built with another starting text), each
+    shown by :func:`option_label`.  A dropdown rather than a text box for a prompt: in the browser
+    only the offered prompts have the tiny model's recorded tokens
+    (:data:`~paged_kv.panels.continuations.OFFERED_PROMPTS`)."""
+    offered = list(options)
+    if value not in offered:
+        offered.insert(0, value)
+    return {"kind": "select", "name": name, "label": label, "value": value, "options": offered,
+            "labels": [option_label(o) for o in offered]}
 
 
 @dataclass(frozen=True)

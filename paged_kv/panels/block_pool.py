@@ -43,8 +43,8 @@ from ..validate import count
 from ..viz.blocks import blocks_figure, refresh_blocks_figure
 from ..viz.logical_view import logical_view_figure
 from ..viz.sharing import refresh_sharing_figure, sharing_figure
-from .base import PanelModel
-from .continuations import load_recordings
+from .base import PanelModel, select_control
+from .continuations import OFFERED_PROMPTS, load_recordings
 
 __all__ = ["BlockPoolPanel", "ForkPanel", "PoolState", "VIEWS"]
 
@@ -308,7 +308,7 @@ class BlockPoolPanel(PanelModel):
 
     def controls(self) -> list[dict]:
         pool = self.num_blocks * self.block_size
-        out = [{"kind": "text", "name": "prompt", "label": "prompt", "value": self.prompt},
+        out = [select_control("prompt", "prompt", self.prompt, OFFERED_PROMPTS),
                {"kind": "button", "label": "add prompt", "op": "add"},
                {"kind": "int", "name": "length", "label": "or length", "value": min(self.length, pool),
                 "min": 1, "max": pool},

@@ -8,12 +8,23 @@ Only what the test needs is built: chapter 3 alone (``jupyter-book build book/03
 a page of one cell per panel, and for the no-live build a one-cell page, each into a temporary
 folder.  Every request to a host
 other than 127.0.0.1 is blocked and recorded.  Screenshots go to tests/_artifacts/.
+
+The page's own behaviour (book/_ext/live/live.mjs: the controls it draws, what it sends, when it
+marks a redraw done) is also checked without a build or Pyodide: on a page of placeholders
+(:func:`paged_kv.widgets.panel.live_html`) with the real live.mjs and plotly.js, whose worker is
+a stand-in that hands each message to ``paged_kv.panels.worker`` in this process over HTTP.
 """
 
+import functools
+import http.server
+import json
 import os
+import shutil
 import subprocess
 import sys
+import threading
 from pathlib import Path
+from unittest import mock
 from urllib.parse import urlparse
 
 import pytest
@@ -232,4 +243,104 @@ def test_every_panel_runs_live_and_each_control_gives_cpythons_figure(all_panels
         changed[name] = len(set(expected)) > 1
     assert all(changed.values()), f"panels whose controls never changed the figure: {changed}"
     assert page.blocked == [] and page.errors == [], (page.blocked, page.errors)
+    page.close()
+
+
+# --- the page's JavaScript against CPython's worker (no build, no Pyodide) ---------------------------
+#: the stand-in for worker.mjs: each message goes to paged_kv.panels.worker in the test's process
+STUB_WORKER = """
+self.onmessage = async (e) => {
+  const r = await fetch("/py", { method: "POST", body: JSON.stringify(e.data) });
+  self.postMessage({ id: e.data.id, ...(await r.json()) });
+};
+"""
+
+
+@pytest.fixture(scope="module")
+def harness(tmp_path_factory):
+    """A page with every registry panel's placeholder and first figure, live.mjs and plotly.js as
+    the book serves them, and a worker that answers with CPython's ``paged_kv.panels.worker``;
+    yields ``(url, sent)``, ``sent`` every action the page sent, as parsed JSON, in order."""
+    from plotly.offline import get_plotlyjs
+
+    from paged_kv.panels import worker
+    from paged_kv.widgets.panel import live_html
+
+    folder = tmp_path_factory.mktemp("harness")
+    live = folder / "_static" / "live"
+    live.mkdir(parents=True)
+    for name in ("click.js", "live.mjs"):
+        shutil.copy2(ROOT / "book" / "_ext" / "live" / name, live / name)
+    (live / "worker.mjs").write_text(STUB_WORKER)
+    (folder / "plotly.min.js").write_text(get_plotlyjs())
+    with mock.patch.dict(os.environ, {"PAGED_KV_LIVE": "1"}):
+        body = "".join(live_html(name, what=f"Panel {name}") for name in registry.available())
+    (folder / "index.html").write_text(
+        '<!doctype html><html><head><meta charset="utf-8"><link rel="icon" href="data:,">'
+        '<script src="plotly.min.js"></script><script src="_static/live/click.js"></script>'
+        f"</head><body>{body}</body></html>")
+    sent = []
+
+    class Handler(http.server.SimpleHTTPRequestHandler):
+        extensions_map = {**http.server.SimpleHTTPRequestHandler.extensions_map, ".mjs": "text/javascript"}
+
+        def log_message(self, *args):
+            pass
+
+        def do_POST(self):
+            m = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            try:
+                if m["cmd"] == "create":
+                    result = worker.create(m["name"], m["args"])
+                else:
+                    sent.append(json.loads(m["action"]))
+                    result = worker.act(m["handle"], m["action"])
+                out = {"ok": True, "result": result, "ms": 1.0, "bootMs": 0.0, "boot": {}}
+            except Exception as e:     # what worker.mjs posts for an error
+                out = {"ok": False, "error": f"{type(e).__name__}: {e}"}
+            data = json.dumps(out).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Handler, directory=str(folder)))
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}/index.html", sent
+    httpd.shutdown()
+
+
+def start_live(page, name: str):
+    """Click a panel's "Run live" and wait until it is ready; returns its box's locator."""
+    box = page.locator(f".paged-kv-live[data-panel={name}]")
+    box.locator("button.paged-kv-live-run").click()
+    page.wait_for_function(f"(b => b.dataset.liveState === 'ready' || /could not/.test(b.textContent))"
+                           f"(document.querySelector('.paged-kv-live[data-panel={name}]'))", timeout=30_000)
+    assert box.get_attribute("data-live-state") == "ready", box.inner_text()
+    return box
+
+
+def wait_steps(page, name: str, k: int) -> None:
+    page.wait_for_function(f"document.querySelector('.paged-kv-live[data-panel={name}]')"
+                           f".dataset.liveSteps === '{k}'", timeout=30_000)
+
+
+def test_the_block_pools_controls_in_the_page(harness, browser):
+    """The block pool as the page draws it: the prompt is a dropdown of the offered prompts, a line
+    break shown as a return sign and sent as itself."""
+    url, sent = harness
+    page = open_page(browser, url)
+    box = start_live(page, "block_pool")
+    prompt = registry.create("block_pool").controls()[0]
+    select = box.locator("select[name=prompt]")
+    shown = select.evaluate("s => [...s.options].map(o => o.textContent)")
+    assert shown == prompt["labels"] and any("\u23ce" in label for label in shown)
+    romeo = next(i for i, o in enumerate(prompt["options"]) if "\n" in o)
+    select.select_option(index=romeo)
+    box.locator("button[data-op=add]").click()
+    wait_steps(page, "block_pool", 1)
+    assert sent[-1]["op"] == "add" and sent[-1]["prompt"] == prompt["options"][romeo]
+    assert box.get_attribute("data-live-note") == ""
+    assert page.errors == [] and page.blocked == [], (page.errors, page.blocked)
     page.close()

@@ -101,7 +101,7 @@ function renderControls(box, controls, handle) {
       c.options.forEach((o, i) => {
         const opt = document.createElement("option");
         opt.value = String(o);
-        opt.textContent = String(o);
+        opt.textContent = c.labels ? c.labels[i] : String(o);   // a prompt's "\n" shows as ⏎
         if (o === c.value) opt.selected = true;
         el.appendChild(opt);
       });

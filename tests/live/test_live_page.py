@@ -1,0 +1,77 @@
+"""The browser edition's page without a browser: the controls the panel models describe (what
+book/_ext/live/live.mjs draws), the refusals they answer, the placeholder's HTML and the book
+extension's page context.  What only a browser can check is tests/live/test_live_browser.py's."""
+
+import pytest
+
+from paged_kv.panels import registry, step
+from paged_kv.panels.base import EMPTY_OPTION, option_label, select_control
+from paged_kv.panels.continuations import OFFERED_PROMPTS
+from paged_kv.panels.prefix_cache import SYSTEM_PROMPTS
+
+#: the controls where a reader gives a request's text, by panel (the browser offers only the
+#: prompts whose continuations were recorded)
+PROMPT_CONTROLS = {"block_pool": "prompt", "fork": "prompt", "serving": "prompt"}
+
+
+def control(model, name: str) -> dict:
+    (c,) = [c for c in model.controls() if c.get("name") == name]
+    return c
+
+
+# --- 1. a prompt is picked from a dropdown of the offered prompts ---------------------------------
+def test_option_labels_show_a_line_break_and_keep_spaces():
+    assert option_label("ROMEO:\nBut soft, what light") == "ROMEO:\u23ceBut soft, what light"
+    assert option_label("a\tb  c") == "a\u21e5b  c"
+    assert option_label("") == EMPTY_OPTION != ""
+
+
+@pytest.mark.parametrize("name", sorted(PROMPT_CONTROLS))
+def test_a_prompt_is_a_dropdown_of_the_offered_prompts_labelled_with_a_return_sign(name):
+    model = registry.create(name)
+    c = control(model, PROMPT_CONTROLS[name])
+    assert c["kind"] == "select" and c["value"] in c["options"]
+    assert set(c["options"]) == set(OFFERED_PROMPTS) and len(c["options"]) == len(OFFERED_PROMPTS)
+    assert len(c["labels"]) == len(c["options"])
+    multiline = [o for o in c["options"] if "\n" in o]
+    assert multiline                                          # the offered prompts have line breaks
+    for option, label in zip(c["options"], c["labels"]):
+        assert "\n" not in label and label.count("\u23ce") == option.count("\n")
+        assert label.replace("\u23ce", "\n") == option        # the value stays the real text
+
+
+@pytest.mark.parametrize("name", ["block_pool", "serving"])
+def test_every_offered_prompt_runs_on_its_recorded_tokens(name):
+    """What the dropdown offers is what the browser has recordings for: no option is a stand-in
+    (as a typed prompt is)."""
+    model = registry.create(name)
+    op = "add" if name == "block_pool" else "submit"
+
+    def status_after(prompt):
+        s = step(model, model.initial(), {"op": op, "prompt": prompt})
+        for _ in range(3):
+            s = step(model, s.state, {"op": "step"})
+        assert s.note == "", (prompt, s.note)
+        return s.status
+
+    assert "(stand-in" in status_after("typed, not offered")
+    for option in control(model, "prompt")["options"]:
+        assert "(stand-in" not in status_after(option), option
+
+
+def test_the_prefix_cache_offers_own_texts_recorded_after_every_prefix():
+    model = registry.create("prefix_cache")
+    prefix, text = control(model, "prefix"), control(model, "text")
+    assert prefix["kind"] == text["kind"] == "select"
+    assert prefix["labels"][prefix["options"].index("")] == EMPTY_OPTION
+    for p in prefix["options"]:
+        for t in text["options"]:
+            assert p + t in OFFERED_PROMPTS, (p, t)
+    assert set(prefix["options"]) == {*SYSTEM_PROMPTS, ""}
+
+
+def test_a_starting_text_that_is_not_offered_comes_first():
+    c = select_control("prompt", "prompt", "typed", OFFERED_PROMPTS)
+    assert c["options"] == ["typed", *OFFERED_PROMPTS] and c["labels"][0] == "typed"
+    c = registry.create("block_pool", {"prompt": "To be, or not"})
+    assert control(c, "prompt")["options"] == list(OFFERED_PROMPTS)
