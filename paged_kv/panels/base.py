@@ -28,7 +28,7 @@ from ..errors import ConfigError, PagedKVError
 from ..viz import TEMPLATE
 from ..viz.labels import visible_token
 
-__all__ = ["EMPTY_OPTION", "PanelModel", "Step", "figure_json", "option_label", "select_control", "step"]
+__all__ = ["EMPTY_OPTION", "PanelModel", "Step", "figure_json", "filled", "option_label", "select_control", "step"]
 
 #: how a dropdown shows the empty option (a prefix of none): an empty ``<option>`` reads as nothing
 EMPTY_OPTION = "(none)"
@@ -76,6 +76,20 @@ class PanelModel:
         ``labels[i]`` for ``options[i]`` where it has labels, and sends the option itself); a
         button's action is ``{"op": op}`` plus the current value of every named input."""
         return []
+
+
+def filled(name: str, value: Any) -> Any:
+    """``value``, unless it is ``None``: the page sends an empty number box as JSON's ``null``, not
+    as 0 (which a panel would take for a value) nor as ``""`` (refused as the wrong type, which
+    reads as a bug of the page), so the reader is told what to do.
+
+    Raises:
+        ConfigError: ``value`` is ``None``; the message names the field (``name``, in the page's
+            words with the action's key, e.g. ``"context (seq_len)"``).
+    """
+    if value is None:
+        raise ConfigError(f"{name} is empty: type a number")
+    return value
 
 
 def option_label(text: str) -> str:

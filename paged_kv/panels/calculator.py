@@ -26,10 +26,10 @@ from ..errors import ConfigError
 from ..memory import GPU_PRESETS, KV_DTYPES, MODEL_PRESETS, ModelSpec
 from ..units import format_bytes
 from ..viz.calculator import gpu_memory_figure, gpu_memory_parts
-from .base import PanelModel
+from .base import PanelModel, filled
 
-__all__ = ["BLOCK_SIZES", "CUSTOM", "CUSTOM_FIELDS", "CalculatorPanel", "CalculatorState", "INPUTS", "PP_DEGREES",
-           "TP_DEGREES", "block_sizes", "custom_fields", "custom_spec", "report_rows"]
+__all__ = ["BLOCK_SIZES", "CUSTOM", "CUSTOM_FIELDS", "CalculatorPanel", "CalculatorState", "INPUTS", "LABELS",
+           "PP_DEGREES", "TP_DEGREES", "block_sizes", "custom_fields", "custom_spec", "report_rows"]
 
 CUSTOM = "custom"
 #: the choices the block-size, TP and PP inputs offer (TP up to two 8-GPU nodes and one beyond)
@@ -43,6 +43,9 @@ CUSTOM_FIELDS = ("num_layers", "num_heads", "num_kv_heads", "head_dim", "params_
 INPUTS = {"model": str, "gpu": str, "seq_len": int, "batch_size": int, "kv_dtype": str, "tp": int, "pp": int,
           "block_size": int, "base": str}
 _FIELD_TYPES = {k: (str if k == "weights_dtype" else float if k == "params_b" else int) for k in CUSTOM_FIELDS}
+#: the page's words for the inputs (its controls' labels; errors name an input by them and its key)
+LABELS = {"model": "model", "gpu": "GPU", "tp": "TP", "pp": "PP", "seq_len": "context", "batch_size": "batch",
+          "kv_dtype": "KV dtype", "block_size": "block"}
 #: what the "max context" field shows for a model that declares none (the widget's largest value)
 NO_MAX_POSITION = 2**24
 
@@ -186,7 +189,8 @@ class CalculatorPanel(PanelModel):
         """The inputs after ``action``, checked by planning them.
 
         Raises:
-            ConfigError: an unknown ``"op"`` or input name, a value of the wrong type, a choice
+            ConfigError: an unknown ``"op"`` or input name, an empty value (``None``: the page's
+                empty box, named in its words, :data:`LABELS`), a value of the wrong type, a choice
                 not offered (a TP, PP or block size outside the panel's lists, a KV dtype), or
                 inputs that cannot be planned (the message of :func:`~paged_kv.memory.plan_memory`).
             UnknownPresetError: an unknown model or GPU name.
@@ -201,6 +205,7 @@ class CalculatorPanel(PanelModel):
             if kind is None:
                 raise ConfigError(f"the calculator has no input {key!r} (inputs: {sorted(INPUTS)} "
                                   f"and the custom fields {list(CUSTOM_FIELDS)})")
+            filled(f"the calculator's {LABELS[key]} ({key})" if key in LABELS else f"the calculator's {key}", value)
             ok = (isinstance(value, str) if kind is str else
                   isinstance(value, (int, float)) and not isinstance(value, bool) if kind is float else
                   isinstance(value, int) and not isinstance(value, bool))
@@ -252,16 +257,16 @@ class CalculatorPanel(PanelModel):
 
     def controls(self) -> list[dict]:
         s = self._initial
-        return [{"kind": "select", "name": "model", "label": "model", "value": s.model, "options": list(MODEL_PRESETS)},
-                {"kind": "select", "name": "gpu", "label": "GPU", "value": s.gpu, "options": list(GPU_PRESETS)},
-                {"kind": "select", "name": "tp", "label": "TP", "value": s.tp, "options": list(TP_DEGREES)},
-                {"kind": "select", "name": "pp", "label": "PP", "value": s.pp, "options": list(PP_DEGREES)},
-                {"kind": "int", "name": "seq_len", "label": "context", "value": s.seq_len, "min": 1, "max": 2**24},
-                {"kind": "int", "name": "batch_size", "label": "batch", "value": s.batch_size, "min": 0,
-                 "max": 10**6},
-                {"kind": "select", "name": "kv_dtype", "label": "KV dtype", "value": s.kv_dtype,
-                 "options": list(KV_DTYPES)},
-                {"kind": "select", "name": "block_size", "label": "block", "value": s.block_size,
-                 "options": list(self._block_sizes)},
+
+        def select(key, options):
+            return {"kind": "select", "name": key, "label": LABELS[key], "value": getattr(s, key),
+                    "options": list(options)}
+
+        def number(key, low, high):
+            return {"kind": "int", "name": key, "label": LABELS[key], "value": getattr(s, key), "min": low, "max": high}
+
+        return [select("model", MODEL_PRESETS), select("gpu", GPU_PRESETS), select("tp", TP_DEGREES),
+                select("pp", PP_DEGREES), number("seq_len", 1, 2**24), number("batch_size", 0, 10**6),
+                select("kv_dtype", KV_DTYPES), select("block_size", self._block_sizes),
                 # "auto": the page sends this button's action whenever an input changes
                 {"kind": "button", "label": "recompute", "op": "set", "auto": True}]

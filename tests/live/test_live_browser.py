@@ -328,7 +328,7 @@ def wait_steps(page, name: str, k: int) -> None:
 
 def test_the_block_pools_controls_in_the_page(harness, browser):
     """The block pool as the page draws it: the prompt is a dropdown of the offered prompts, a line
-    break shown as a return sign and sent as itself."""
+    break shown as a return sign and sent as itself; an empty number box is sent as null."""
     url, sent = harness
     page = open_page(browser, url)
     box = start_live(page, "block_pool")
@@ -342,5 +342,11 @@ def test_the_block_pools_controls_in_the_page(harness, browser):
     wait_steps(page, "block_pool", 1)
     assert sent[-1]["op"] == "add" and sent[-1]["prompt"] == prompt["options"][romeo]
     assert box.get_attribute("data-live-note") == ""
+
+    box.locator("input[name=length]").fill("")                 # an empty number box: sent as null
+    box.locator("button[data-op=add_length]").click()
+    wait_steps(page, "block_pool", 2)
+    assert sent[-1]["op"] == "add_length" and sent[-1]["length"] is None
+    assert "(length) is empty" in box.locator(".paged-kv-live-refused").inner_text()
     assert page.errors == [] and page.blocked == [], (page.errors, page.blocked)
     page.close()

@@ -2,9 +2,11 @@
 book/_ext/live/live.mjs draws), the refusals they answer, the placeholder's HTML and the book
 extension's page context.  What only a browser can check is tests/live/test_live_browser.py's."""
 
+import json
+
 import pytest
 
-from paged_kv.panels import registry, step
+from paged_kv.panels import registry, step, worker
 from paged_kv.panels.base import EMPTY_OPTION, option_label, select_control
 from paged_kv.panels.continuations import OFFERED_PROMPTS
 from paged_kv.panels.prefix_cache import SYSTEM_PROMPTS
@@ -75,3 +77,37 @@ def test_a_starting_text_that_is_not_offered_comes_first():
     assert c["options"] == ["typed", *OFFERED_PROMPTS] and c["labels"][0] == "typed"
     c = registry.create("block_pool", {"prompt": "To be, or not"})
     assert control(c, "prompt")["options"] == list(OFFERED_PROMPTS)
+
+
+# --- 2. an empty number box is sent as null and refused by name ------------------------------------
+def test_an_empty_number_is_refused_naming_its_field():
+    """Every number box of every panel, sent empty (``None``) with each button: the panel refuses
+    it, naming the box in the page's words and the action's key, and changes nothing."""
+    for name in registry.available():
+        model = registry.create(name)
+        controls = model.controls()
+        values = {c["name"]: c["value"] for c in controls if c["kind"] != "button"}
+        buttons = [c["op"] for c in controls if c["kind"] == "button"]
+        start = model.initial()
+        first = step(model, start, None)
+        for c in controls:
+            if c["kind"] != "int" or c["name"] == "request":    # no request: "no request to ..."
+                continue
+            notes = set()
+            for op in buttons:
+                s = step(model, start, {**values, "op": op, c["name"]: None})
+                if s.note:
+                    assert s.state is start and s.status == first.status, (name, op)
+                    notes.add(s.note)
+            said = [n for n in notes if f"({c['name']}) is empty: type a number" in n]
+            assert said, (name, c["name"], notes)
+            words = c["label"].removeprefix("or ")
+            assert all(words in n for n in said), (name, c["label"], said)
+
+
+def test_the_worker_refuses_null_as_a_note():
+    r = json.loads(worker.create("calculator"))
+    after = json.loads(worker.act(r["handle"], '{"op": "set", "seq_len": null}'))
+    assert after["note"] == "the calculator's context (seq_len) is empty: type a number"
+    assert after["figure_sha256"] == r["figure_sha256"] and after["status"] == r["status"]
+    worker.forget(r["handle"])

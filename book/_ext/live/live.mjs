@@ -112,7 +112,9 @@ function renderControls(box, controls, handle) {
       if (c.min !== undefined) el.min = c.min;
       if (c.max !== undefined) el.max = c.max;
       el.value = c.value ?? "";
-      inputs.push({ name: c.name, read: () => (c.kind === "int" ? Number(el.value) : el.value) });
+      // an empty number box is sent as null (Number("") is 0), which the panel refuses by name
+      const number = () => (el.value.trim() === "" ? null : Number(el.value));
+      inputs.push({ name: c.name, read: () => (c.kind === "int" ? number() : el.value) });
     }
     el.name = c.name;
     label.appendChild(el);
