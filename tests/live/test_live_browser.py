@@ -328,10 +328,12 @@ def wait_steps(page, name: str, k: int) -> None:
 
 def test_the_block_pools_controls_in_the_page(harness, browser):
     """The block pool as the page draws it: the prompt is a dropdown of the offered prompts, a line
-    break shown as a return sign and sent as itself; an empty number box is sent as null."""
+    break shown as a return sign and sent as itself; an empty number box is sent as null; the figure's
+    div takes the height of the figure drawn in it."""
     url, sent = harness
     page = open_page(browser, url)
     box = start_live(page, "block_pool")
+    mine = len(sent)
     prompt = registry.create("block_pool").controls()[0]
     select = box.locator("select[name=prompt]")
     shown = select.evaluate("s => [...s.options].map(o => o.textContent)")
@@ -348,5 +350,19 @@ def test_the_block_pools_controls_in_the_page(harness, browser):
     wait_steps(page, "block_pool", 2)
     assert sent[-1]["op"] == "add_length" and sent[-1]["length"] is None
     assert "(length) is empty" in box.locator(".paged-kv-live-refused").inner_text()
+
+    box.locator("select[name=view]").select_option("logical")   # a taller figure: the div follows it
+    box.locator("button[data-op=view]").click()
+    wait_steps(page, "block_pool", 3)
+    model = registry.create("block_pool")
+    state = model.initial()
+    for action in sent[mine:]:
+        state = step(model, state, action).state
+    height = model.figure(state).layout.height
+    assert height != model.figure(model.initial()).layout.height
+    fig_id = box.get_attribute("data-figure")
+    shown = page.evaluate(f"[...['#{fig_id}', '#{fig_id} .main-svg']]"
+                          ".map(q => document.querySelector(q).getBoundingClientRect().height)")
+    assert shown == [height, height]
     assert page.errors == [] and page.blocked == [], (page.errors, page.blocked)
     page.close()

@@ -47,7 +47,11 @@ function figureOf(box) {
 
 function draw(box, { reply, ms }) {
   const gd = figureOf(box);
-  window.Plotly.react(gd, reply.figure.data, reply.figure.layout, { displaylogo: false, responsive: true });
+  const { data, layout } = reply.figure;
+  // the div takes the figure's own height: the page's keeps the first figure's (plotly's to_html
+  // writes it into the div's style), which clipped a taller figure
+  if (typeof layout.height === "number") gd.style.height = `${layout.height}px`;
+  window.Plotly.react(gd, data, layout, { displaylogo: false, responsive: true });
   const status = box.querySelector(".paged-kv-live-status");
   let note = box.querySelector(".paged-kv-live-refused");
   if (!note) {
