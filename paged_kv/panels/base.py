@@ -69,12 +69,20 @@ class PanelModel:
         """The panel's status text for ``state`` (plain text; fronts escape it)."""
         return ""
 
+    def input_values(self, state: Any) -> dict[str, Any]:
+        """The values ``state`` holds for the panel's inputs, by input name (JSON-able): what a
+        front resets its inputs to after a refusal, so that they show the inputs the figure was
+        drawn from.  Default: none (a panel whose inputs are not its state, like a prompt to add)."""
+        return {}
+
     def controls(self) -> list[dict]:
         """The panel's controls as JSON: a list of ``{"kind": "button", "label": ..., "op": ...}``
         and ``{"kind": "text" | "int" | "select", "name": ..., "label": ..., "value": ...,
         ("options": [...], "labels": [...], "min": ..., "max": ...)}`` (a select shows
         ``labels[i]`` for ``options[i]`` where it has labels, and sends the option itself); a
-        button's action is ``{"op": op}`` plus the current value of every named input."""
+        button's action is ``{"op": op}`` plus the current value of every named input, and where
+        a button is ``"auto": True`` a change of an input sends that button's op with that input
+        alone."""
         return []
 
 

@@ -255,6 +255,10 @@ class CalculatorPanel(PanelModel):
         rows, footer = report_rows(self.plan(state), self.spec(state))
         return "\n".join(f"{k}: {v}" for k, v in rows) + f"\n{footer}"
 
+    def input_values(self, state: CalculatorState) -> dict[str, Any]:
+        """The inputs the page shows (:data:`LABELS`' keys) as ``state`` holds them."""
+        return {key: getattr(state, key) for key in LABELS}
+
     def controls(self) -> list[dict]:
         s = self._initial
 
@@ -268,5 +272,6 @@ class CalculatorPanel(PanelModel):
         return [select("model", MODEL_PRESETS), select("gpu", GPU_PRESETS), select("tp", TP_DEGREES),
                 select("pp", PP_DEGREES), number("seq_len", 1, 2**24), number("batch_size", 0, 10**6),
                 select("kv_dtype", KV_DTYPES), select("block_size", self._block_sizes),
-                # "auto": the page sends this button's action whenever an input changes
+                # "auto": the page sends this button's action, with that input alone, whenever an input
+                # changes (another input's refused value is not sent again with every change)
                 {"kind": "button", "label": "recompute", "op": "set", "auto": True}]

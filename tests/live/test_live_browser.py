@@ -133,11 +133,10 @@ def test_run_live_redraws_the_calculator_with_cpythons_figure(ch3_site, browser,
     assert box.get_attribute("data-live-sha") == first[0]
     assert figure_x(page, fig_id) == static_x           # the live panel starts where the page did
 
-    # an action, as a reader makes it: pick another model; the page sends every input's value
+    # an action, as a reader makes it: pick another model; the page sends the input that changed
     box.locator("select[name=model]").select_option(label="Llama-3-70B")
     page.wait_for_function("document.querySelector('.paged-kv-live').dataset.liveSteps === '1'", timeout=30_000)
-    action = {"op": "set", "model": "Llama-3-70B", "gpu": "H100-80GB", "tp": 1, "pp": 1, "seq_len": 8192,
-              "batch_size": 16, "kv_dtype": "fp16", "block_size": 16}
+    action = {"op": "set", "model": "Llama-3-70B"}
     expected = cpython_hashes("calculator", [action])
     assert box.get_attribute("data-live-sha") == expected[1] != expected[0]
     after = figure_x(page, fig_id)
@@ -154,6 +153,7 @@ def test_run_live_redraws_the_calculator_with_cpythons_figure(ch3_site, browser,
     assert "refused: seq_len" in box.locator(".paged-kv-live-refused").inner_text()
     assert "seq_len" in box.get_attribute("data-live-note")
     assert box.get_attribute("data-live-sha") == expected[1] and figure_x(page, fig_id) == after
+    assert box.locator("input[name=seq_len]").input_value() == "8192"     # the accepted context, back
 
     ARTIFACTS.mkdir(exist_ok=True)
     page.locator(f"#{fig_id}").scroll_into_view_if_needed()
@@ -184,8 +184,9 @@ def test_a_build_without_live_mode_says_so(tmp_path, browser):
 
 def page_events(controls: list[dict]) -> list[tuple[tuple, dict]]:
     """What a reader does to a panel's controls, one event per control, and the action the page
-    sends for each (``live.mjs``: a button's op, or the auto button's on an input's change, plus
-    every input's current value): a select set to another option, a (not auto) button clicked."""
+    sends for each (``live.mjs``: a button's op plus every input's current value, or the auto
+    button's op with the changed input alone): a select set to another option, a (not auto)
+    button clicked."""
     values = {c["name"]: c.get("value") for c in controls if c["kind"] != "button"}
     auto = next((c["op"] for c in controls if c["kind"] == "button" and c.get("auto")), None)
     events, buttons = [], 0
@@ -193,7 +194,7 @@ def page_events(controls: list[dict]) -> list[tuple[tuple, dict]]:
         if c["kind"] == "select" and auto is not None and len(c["options"]) > 1:
             k = 1 if c["options"][0] == values[c["name"]] else 0
             values[c["name"]] = c["options"][k]
-            events.append((("select", c["name"], k), {"op": auto, **values}))
+            events.append((("select", c["name"], k), {"op": auto, c["name"]: values[c["name"]]}))
         elif c["kind"] == "button":
             if not c.get("auto"):
                 events.append((("button", buttons), {"op": c["op"], **values}))
@@ -364,5 +365,29 @@ def test_the_block_pools_controls_in_the_page(harness, browser):
     shown = page.evaluate(f"[...['#{fig_id}', '#{fig_id} .main-svg']]"
                           ".map(q => document.querySelector(q).getBoundingClientRect().height)")
     assert shown == [height, height]
+    assert page.errors == [] and page.blocked == [], (page.errors, page.blocked)
+    page.close()
+
+
+def test_the_calculators_controls_in_the_page(harness, browser):
+    """Chapter 3's calculator as the page drives it: a change sends that input alone, and after a
+    refusal every input shows the accepted values again."""
+    url, sent = harness
+    page = open_page(browser, url)
+    box = start_live(page, "calculator")
+    seq_len = box.locator("input[name=seq_len]")
+    box.locator("select[name=model]").select_option(label="Llama-3-70B")
+    wait_steps(page, "calculator", 1)
+    assert sent[-1] == {"op": "set", "model": "Llama-3-70B"}
+    seq_len.fill("")
+    seq_len.dispatch_event("change")
+    wait_steps(page, "calculator", 2)
+    assert sent[-1] == {"op": "set", "seq_len": None}
+    assert "context (seq_len) is empty" in box.locator(".paged-kv-live-refused").inner_text()
+    assert seq_len.input_value() == "8192"                    # the last accepted value, back
+    box.locator("input[name=batch_size]").fill("64")
+    box.locator("input[name=batch_size]").dispatch_event("change")
+    wait_steps(page, "calculator", 3)
+    assert sent[-1] == {"op": "set", "batch_size": 64} and box.get_attribute("data-live-note") == ""
     assert page.errors == [] and page.blocked == [], (page.errors, page.blocked)
     page.close()

@@ -111,3 +111,29 @@ def test_the_worker_refuses_null_as_a_note():
     assert after["note"] == "the calculator's context (seq_len) is empty: type a number"
     assert after["figure_sha256"] == r["figure_sha256"] and after["status"] == r["status"]
     worker.forget(r["handle"])
+
+
+# --- 4. the calculator sends the input that changed; a refusal puts the inputs back ----------------
+def test_the_calculator_resets_every_input_it_draws_to_the_state_after_a_refusal():
+    model = registry.create("calculator")
+    inputs = {c["name"]: c["value"] for c in model.controls() if c["kind"] != "button"}
+    assert model.input_values(model.initial()) == inputs       # every input the page draws
+    auto = [c for c in model.controls() if c.get("auto")]
+    assert len(auto) == 1 and auto[0]["op"] == "set"           # a change sends "set" with that input
+
+    r = json.loads(worker.create("calculator"))
+    for key, value in (("batch_size", 48), ("model", "Llama-3-70B")):
+        r = json.loads(worker.act(r["handle"], json.dumps({"op": "set", key: value})))
+        assert r["note"] == "" and r["values"][key] == value
+    accepted = r["values"]
+    for bad in ({"seq_len": 0}, {"tp": 3}, {"batch_size": None}):
+        refused = json.loads(worker.act(r["handle"], json.dumps({"op": "set", **bad})))
+        assert refused["note"] and refused["values"] == accepted, bad
+    assert accepted == {**inputs, "batch_size": 48, "model": "Llama-3-70B"}
+    worker.forget(r["handle"])
+
+
+def test_panels_whose_inputs_are_not_state_reset_nothing():
+    for name in ("block_pool", "fork", "serving", "prefix_cache"):
+        model = registry.create(name)
+        assert model.input_values(model.initial()) == {}

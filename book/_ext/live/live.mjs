@@ -62,6 +62,7 @@ function draw(box, { reply, ms }) {
   }
   note.textContent = reply.note ? `refused: ${reply.note}` : "";   // the state, and the figure, stay
   note.style.display = reply.note ? "" : "none";
+  if (reply.note) resetInputs(box, reply.values || {});
   status.style.display = "";
   status.textContent = reply.status;
   box.dataset.liveSha = reply.figure_sha256;
@@ -70,14 +71,26 @@ function draw(box, { reply, ms }) {
   box.dataset.liveSteps = String(Number(box.dataset.liveSteps || -1) + 1);
 }
 
+// After a refusal the inputs show again the values the panel's state holds (the figure's), not
+// the refused one: paged_kv.panels.base.PanelModel.input_values, the reply's "values".
+function resetInputs(box, values) {
+  for (const el of box.querySelectorAll(".paged-kv-live-controls select, .paged-kv-live-controls input")) {
+    if (!(el.name in values)) continue;
+    const v = values[el.name];
+    if (el.tagName === "SELECT") el.selectedIndex = [...el.options].findIndex((o) => o.value === String(v));
+    else el.value = v === null ? "" : String(v);
+  }
+}
+
 function renderControls(box, controls, handle) {
   const holder = box.querySelector(".paged-kv-live-controls");
   holder.textContent = "";
   const inputs = [];
   let queue = Promise.resolve();
-  const send = (op) => {
+  // a button sends every input's value; an input's change (with an "auto" button) that input alone
+  const send = (op, only) => {
     const action = { op };
-    for (const { name, read } of inputs) action[name] = read();
+    for (const { name, read } of inputs) if (only === undefined || name === only) action[name] = read();
     queue = queue.then(() => call({ cmd: "act", handle, action: JSON.stringify(action) }))
       .then((r) => draw(box, r))
       .catch((err) => { box.querySelector(".paged-kv-live-status").textContent = `failed: ${err.message}`; });
@@ -125,7 +138,7 @@ function renderControls(box, controls, handle) {
     holder.appendChild(label);
   }
   if (auto !== null) {
-    for (const el of holder.querySelectorAll("select, input")) el.addEventListener("change", () => send(auto));
+    for (const el of holder.querySelectorAll("select, input")) el.addEventListener("change", () => send(auto, el.name));
   }
 }
 
