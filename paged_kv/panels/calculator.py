@@ -10,9 +10,10 @@ the calculator lives here: which choices each input offers, what "custom" starts
 (:func:`custom_spec`), what the numbers say.  :class:`paged_kv.widgets.memory.MemoryCalculator`
 (Jupyter, Colab) and the browser page both drive :class:`CalculatorPanel`.
 
-Impossible inputs (a tensor-parallel degree that does not split the heads, a context of 0) are
-refused by :meth:`CalculatorPanel.apply` with the package's own error, so the state a front keeps
-is always one that plans.
+Impossible inputs (a tensor-parallel degree that does not split the heads, a context of 0, or one
+beyond the model's maximum context, :func:`check_context`) are refused by
+:meth:`CalculatorPanel.apply` with the package's own error, so the state a front keeps is always
+one that plans, for a context the model can hold.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from ..viz.calculator import gpu_memory_figure, gpu_memory_parts
 from .base import PanelModel, filled
 
 __all__ = ["BLOCK_SIZES", "CUSTOM", "CUSTOM_FIELDS", "CalculatorPanel", "CalculatorState", "INPUTS", "LABELS",
-           "PP_DEGREES", "TP_DEGREES", "block_sizes", "custom_fields", "custom_spec", "report_rows"]
+           "PP_DEGREES", "TP_DEGREES", "block_sizes", "check_context", "custom_fields", "custom_spec", "report_rows"]
 
 CUSTOM = "custom"
 #: the choices the block-size, TP and PP inputs offer (TP up to two 8-GPU nodes and one beyond)
@@ -53,6 +54,22 @@ NO_MAX_POSITION = 2**24
 def block_sizes(block_size: int = BLOCK_SIZE) -> list[int]:
     """The block sizes offered: :data:`BLOCK_SIZES` and ``block_size`` (a starting value not among them)."""
     return sorted({*BLOCK_SIZES, block_size})
+
+
+def check_context(spec: ModelSpec, seq_len: int) -> None:
+    """Refuse a context beyond the model's declared maximum (``spec.max_position``; none
+    declared: any).  :func:`~paged_kv.memory.plan_memory` sizes such a context all the same and
+    only flags it (the book's tables grey those rows out); the calculator refuses it, since a
+    server would not start with it (vLLM refuses a ``max_model_len`` above the model's
+    ``max_position_embeddings`` unless ``VLLM_ALLOW_LONG_MAX_MODEL_LEN`` is set), and its numbers
+    would read as ones the model can serve.
+
+    Raises:
+        ConfigError: ``seq_len`` above ``spec.max_position``; the message names both.
+    """
+    if not spec.within_max_context(seq_len):
+        raise ConfigError(f"the calculator's {LABELS['seq_len']} (seq_len) of {seq_len:,} tokens is beyond "
+                          f"{spec.name}'s maximum context of {spec.max_position:,} tokens")
 
 
 def custom_fields(base: str | ModelSpec) -> dict[str, Any]:
@@ -162,11 +179,12 @@ class CalculatorPanel(PanelModel):
 
     Raises (constructor):
         UnknownPresetError: an unknown model or GPU name.
+        ConfigError: a ``seq_len`` beyond the model's maximum context (:func:`check_context`).
     """
 
     name = "calculator"
     demo_actions = [{"op": "set", "batch_size": 32},
-                    {"op": "set", "model": "Llama-3-70B", "tp": 4},
+                    {"op": "set", "model": "Qwen2.5-72B", "tp": 4},   # 131,072 tokens of context
                     {"op": "set", "kv_dtype": "fp8", "seq_len": 131072},
                     {"op": "set", "tp": 3},                     # refused: tp is offered as 1, 2, 4, ... only
                     {"op": "set", "gpu": "H200", "pp": 2},
@@ -176,6 +194,7 @@ class CalculatorPanel(PanelModel):
                  batch_size: int = 16, kv_dtype: str = "fp16", tp: int = 1, pp: int = 1,
                  block_size: int = BLOCK_SIZE) -> None:
         base = memory.model_preset(model).name
+        check_context(memory.model_preset(base), seq_len)
         self._block_sizes = block_sizes(block_size)
         self._initial = CalculatorState(model=base, gpu=memory.gpu_preset(gpu).name, seq_len=seq_len,
                                         batch_size=batch_size, kv_dtype=kv_dtype, tp=tp, pp=pp,
@@ -192,7 +211,8 @@ class CalculatorPanel(PanelModel):
             ConfigError: an unknown ``"op"`` or input name, an empty value (``None``: the page's
                 empty box, named in its words, :data:`LABELS`), a value of the wrong type, a choice
                 not offered (a TP, PP or block size outside the panel's lists, a KV dtype), or
-                inputs that cannot be planned (the message of :func:`~paged_kv.memory.plan_memory`).
+                inputs that cannot be planned (the message of :func:`~paged_kv.memory.plan_memory`),
+                a context beyond the model's maximum (:func:`check_context`).
             UnknownPresetError: an unknown model or GPU name.
         """
         if action.get("op") != "set":
@@ -230,6 +250,7 @@ class CalculatorPanel(PanelModel):
         if fields:
             merged = {**new.fields, **fields}
             new = replace(new, custom=tuple((k, merged[k]) for k in CUSTOM_FIELDS))
+        check_context(self.spec(new), new.seq_len)
         self.plan(new)                                          # refuse inputs that cannot be planned
         return new
 

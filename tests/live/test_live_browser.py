@@ -371,7 +371,8 @@ def test_the_block_pools_controls_in_the_page(harness, browser):
 
 def test_the_calculators_controls_in_the_page(harness, browser):
     """Chapter 3's calculator as the page drives it: a change sends that input alone, and after a
-    refusal every input shows the accepted values again."""
+    refusal (an empty box, a context beyond the model's) every input shows the accepted values
+    again."""
     url, sent = harness
     page = open_page(browser, url)
     box = start_live(page, "calculator")
@@ -385,9 +386,15 @@ def test_the_calculators_controls_in_the_page(harness, browser):
     assert sent[-1] == {"op": "set", "seq_len": None}
     assert "context (seq_len) is empty" in box.locator(".paged-kv-live-refused").inner_text()
     assert seq_len.input_value() == "8192"                    # the last accepted value, back
+    seq_len.fill("131072")                                     # beyond Llama-3-70B's 8,192 tokens
+    seq_len.dispatch_event("change")
+    wait_steps(page, "calculator", 3)
+    assert sent[-1] == {"op": "set", "seq_len": 131072}
+    assert "beyond Llama-3-70B's maximum context of 8,192" in box.locator(".paged-kv-live-refused").inner_text()
+    assert seq_len.input_value() == "8192"
     box.locator("input[name=batch_size]").fill("64")
     box.locator("input[name=batch_size]").dispatch_event("change")
-    wait_steps(page, "calculator", 3)
+    wait_steps(page, "calculator", 4)
     assert sent[-1] == {"op": "set", "batch_size": 64} and box.get_attribute("data-live-note") == ""
     assert page.errors == [] and page.blocked == [], (page.errors, page.blocked)
     page.close()

@@ -6,8 +6,12 @@ import json
 
 import pytest
 
+from paged_kv import memory
+from paged_kv.errors import ConfigError
+from paged_kv.memory import MODEL_PRESETS
 from paged_kv.panels import registry, step, worker
 from paged_kv.panels.base import EMPTY_OPTION, option_label, select_control
+from paged_kv.panels.calculator import CalculatorPanel
 from paged_kv.panels.continuations import OFFERED_PROMPTS
 from paged_kv.panels.prefix_cache import SYSTEM_PROMPTS
 
@@ -137,3 +141,32 @@ def test_panels_whose_inputs_are_not_state_reset_nothing():
     for name in ("block_pool", "fork", "serving", "prefix_cache"):
         model = registry.create(name)
         assert model.input_values(model.initial()) == {}
+
+
+# --- 5. a context beyond the model's maximum is refused, naming both -------------------------------
+def test_a_context_beyond_the_models_maximum_is_refused_naming_both():
+    panel = CalculatorPanel(batch_size=1)
+    for name in MODEL_PRESETS:
+        top = memory.model_preset(name).max_position
+        if top is None:
+            continue
+        at = step(panel, panel.initial(), {"op": "set", "model": name, "seq_len": top, "tp": 1})
+        assert "maximum context" not in at.note, (name, at.note)
+        past = step(panel, panel.initial(), {"op": "set", "model": name, "seq_len": top + 1, "tp": 1})
+        assert past.state is panel.initial(), name
+        assert f"{top + 1:,} tokens is beyond {name}'s maximum context of {top:,} tokens" in past.note
+    long = panel.apply(panel.initial(), {"op": "set", "model": "Llama-3.1-8B", "seq_len": 131072})
+    shorter = step(panel, long, {"op": "set", "model": "Llama-3-8B"})          # the model changes under it
+    assert shorter.state is long and "131,072 tokens is beyond Llama-3-8B's maximum context of 8,192" in shorter.note
+    with pytest.raises(ConfigError, match="beyond Llama-2-7B's maximum context of 4,096"):
+        CalculatorPanel(model="Llama-2-7B", seq_len=4097)
+
+
+def test_a_custom_models_maximum_context_is_its_typed_one():
+    panel = CalculatorPanel()
+    custom = panel.apply(panel.initial(), {"op": "set", "model": "custom"})
+    assert custom.fields["max_position"] == 8192
+    wider = panel.apply(custom, {"op": "set", "max_position": 65536, "seq_len": 65536})
+    assert wider.seq_len == 65536
+    refused = step(panel, wider, {"op": "set", "max_position": 16384})
+    assert refused.state is wider and "65,536 tokens is beyond custom's maximum context of 16,384" in refused.note
