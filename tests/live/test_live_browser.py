@@ -312,6 +312,21 @@ def harness(tmp_path_factory):
     httpd.shutdown()
 
 
+#: Plotly.react made slow, and a record, each time a panel's data-live-steps changes, of the step
+#: and the height of the figure then drawn (its layout's and its svg's)
+DELAYED_REACT = """name => {
+  const react = window.Plotly.react;
+  window.Plotly.react = (...args) => new Promise((done) => setTimeout(() => react(...args).then(done), 300));
+  const box = document.querySelector(`.paged-kv-live[data-panel=${name}]`);
+  window.seenAtSteps = [];
+  new MutationObserver(() => {
+    const gd = document.getElementById(box.dataset.figure);
+    window.seenAtSteps.push([box.dataset.liveSteps, gd.layout.height,
+                             Number(gd.querySelector(".main-svg").getAttribute("height"))]);
+  }).observe(box, { attributes: true, attributeFilter: ["data-live-steps"] });
+}"""
+
+
 def start_live(page, name: str):
     """Click a panel's "Run live" and wait until it is ready; returns its box's locator."""
     box = page.locator(f".paged-kv-live[data-panel={name}]")
@@ -330,11 +345,13 @@ def wait_steps(page, name: str, k: int) -> None:
 def test_the_block_pools_controls_in_the_page(harness, browser):
     """The block pool as the page draws it: the prompt is a dropdown of the offered prompts, a line
     break shown as a return sign and sent as itself; an empty number box is sent as null; the figure's
-    div takes the height of the figure drawn in it."""
+    div takes the height of the figure drawn in it; a step is marked done once plotly drew it."""
     url, sent = harness
     page = open_page(browser, url)
     box = start_live(page, "block_pool")
     mine = len(sent)
+    # plotly drawing slowly (300 ms): what the figure shows each time data-live-steps changes
+    page.evaluate(DELAYED_REACT, "block_pool")
     prompt = registry.create("block_pool").controls()[0]
     select = box.locator("select[name=prompt]")
     shown = select.evaluate("s => [...s.options].map(o => o.textContent)")
@@ -359,12 +376,15 @@ def test_the_block_pools_controls_in_the_page(harness, browser):
     state = model.initial()
     for action in sent[mine:]:
         state = step(model, state, action).state
-    height = model.figure(state).layout.height
-    assert height != model.figure(model.initial()).layout.height
+    height, before = model.figure(state).layout.height, model.figure(model.initial()).layout.height
+    assert height != before
     fig_id = box.get_attribute("data-figure")
     shown = page.evaluate(f"[...['#{fig_id}', '#{fig_id} .main-svg']]"
                           ".map(q => document.querySelector(q).getBoundingClientRect().height)")
     assert shown == [height, height]
+    # each step's marks were set once its figure was drawn, never over the figure before it
+    assert page.evaluate("window.seenAtSteps") == [["1", before, before], ["2", before, before],
+                                                   ["3", height, height]]
     assert page.errors == [] and page.blocked == [], (page.errors, page.blocked)
     page.close()
 

@@ -5,8 +5,9 @@
 // start() asks the worker to build the panel, redraws the page's figure in place (Plotly.react)
 // with the figure JSON it answers, and draws the panel's controls from its controls() list; every
 // control then sends its action and redraws. What the page shows after each step is recorded on the
-// placeholder for the tests: data-live-state, data-live-steps, data-live-sha (the sha256 of the
-// figure JSON, as CPython computes it), data-live-ms (the last call's time in the worker).
+// placeholder for the tests once Plotly.react has drawn it: data-live-state, data-live-steps,
+// data-live-sha (the sha256 of the figure JSON, as CPython computes it), data-live-ms (the last
+// call's time in the worker).
 let worker = null;
 let nextId = 1;
 const pending = new Map();
@@ -45,13 +46,15 @@ function figureOf(box) {
   return gd;
 }
 
-function draw(box, { reply, ms }) {
+async function draw(box, { reply, ms }) {
   const gd = figureOf(box);
   const { data, layout } = reply.figure;
   // the div takes the figure's own height: the page's keeps the first figure's (plotly's to_html
   // writes it into the div's style), which clipped a taller figure
   if (typeof layout.height === "number") gd.style.height = `${layout.height}px`;
-  window.Plotly.react(gd, data, layout, { displaylogo: false, responsive: true });
+  // the text and the data-live-* marks change once the figure is drawn: a test (or a reader)
+  // that sees the new step's marks sees the new step's figure
+  await window.Plotly.react(gd, data, layout, { displaylogo: false, responsive: true });
   const status = box.querySelector(".paged-kv-live-status");
   let note = box.querySelector(".paged-kv-live-refused");
   if (!note) {
@@ -151,7 +154,7 @@ export async function start(box) {
   const t0 = performance.now();
   try {
     const r = await call({ cmd: "create", name: box.dataset.panel, args: box.dataset.args || "{}" });
-    draw(box, r);
+    await draw(box, r);
     renderControls(box, r.reply.controls, r.reply.handle);
     box.dataset.liveColdMs = String(Math.round(performance.now() - t0));
     box.dataset.liveBootMs = String(Math.round(r.bootMs));
