@@ -392,10 +392,16 @@ def test_the_block_pools_controls_in_the_page(harness, browser):
 def test_the_calculators_controls_in_the_page(harness, browser):
     """Chapter 3's calculator as the page drives it: a change sends that input alone, and after a
     refusal (an empty box, a context beyond the model's) every input shows the accepted values
-    again."""
+    again; its badge says "live" once it runs, the others' still "static"."""
+    from paged_kv.panels.page import LIVE_BADGE, STATIC_BADGE
+
     url, sent = harness
     page = open_page(browser, url)
+    badges = page.locator(".paged-kv-live-badge")
+    assert badges.count() == len(registry.available()) and set(badges.all_inner_texts()) == {STATIC_BADGE}
     box = start_live(page, "calculator")
+    assert box.locator(".paged-kv-live-badge").inner_text() == LIVE_BADGE
+    assert page.locator(".paged-kv-live[data-panel=serving] .paged-kv-live-badge").inner_text() == STATIC_BADGE
     seq_len = box.locator("input[name=seq_len]")
     box.locator("select[name=model]").select_option(label="Llama-3-70B")
     wait_steps(page, "calculator", 1)

@@ -2,6 +2,7 @@
 book/_ext/live/live.mjs draws), the refusals they answer, the placeholder's HTML and the book
 extension's page context.  What only a browser can check is tests/live/test_live_browser.py's."""
 
+import html
 import json
 
 import pytest
@@ -9,7 +10,7 @@ import pytest
 from paged_kv import memory
 from paged_kv.errors import ConfigError
 from paged_kv.memory import MODEL_PRESETS
-from paged_kv.panels import registry, step, worker
+from paged_kv.panels import page, registry, step, worker
 from paged_kv.panels.base import EMPTY_OPTION, option_label, select_control
 from paged_kv.panels.calculator import CalculatorPanel
 from paged_kv.panels.continuations import OFFERED_PROMPTS
@@ -170,3 +171,17 @@ def test_a_custom_models_maximum_context_is_its_typed_one():
     assert wider.seq_len == 65536
     refused = step(panel, wider, {"op": "set", "max_position": 16384})
     assert refused.state is wider and "65,536 tokens is beyond custom's maximum context of 16,384" in refused.note
+
+
+# --- 7. a badge says whether the figure is the build's replay or the live panel -------------------
+def test_the_placeholder_carries_a_static_badge_that_the_page_swaps_for_the_live_one():
+    assert "static" in page.STATIC_BADGE and "book" in page.STATIC_BADGE
+    assert "live" in page.LIVE_BADGE and "browser" in page.LIVE_BADGE
+    on = page.placeholder("calculator", enabled=True)
+    off = page.placeholder("calculator", enabled=False)
+    for html_ in (on, off):
+        shown = html_.split('class="paged-kv-live-badge"')[1].split("</span>")[0]
+        assert shown.endswith(">" + html.escape(page.STATIC_BADGE)), shown
+    assert f'data-live-badge="{html.escape(page.LIVE_BADGE)}"' in on
+    assert "data-live-badge" not in off                       # nothing will run: it stays a replay
+    assert on.index("paged-kv-live-badge") < on.index("paged-kv-live-run")

@@ -161,6 +161,12 @@ export async function start(box) {
     box.dataset.liveBoot = JSON.stringify(r.boot);
     box.dataset.liveCreateMs = String(Math.round(r.ms));
     run.textContent = "Live";
+    // the badge says the figure is now the live panel's (paged_kv.panels.page.LIVE_BADGE)
+    const badge = box.querySelector(".paged-kv-live-badge");
+    if (badge && badge.dataset.liveBadge) {
+      badge.textContent = badge.dataset.liveBadge;
+      badge.classList.add("paged-kv-live-badge-on");
+    }
     box.dataset.liveState = "ready";
   } catch (err) {
     delete box.dataset.liveState;
