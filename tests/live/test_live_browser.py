@@ -160,6 +160,8 @@ def test_run_live_redraws_the_calculator_with_cpythons_figure(ch3_site, browser,
     page.screenshot(path=str(ARTIFACTS / f"live_calculator_{width}.png"))
     assert page.blocked == [], f"requests to other hosts: {page.blocked}"
     assert page.errors == [], f"JavaScript errors: {page.errors}"
+    assert page.locator("head link[rel=icon]").get_attribute("href") == "data:,"   # no /favicon.ico
+    assert "/favicon.ico" not in page.fetched
     page.close()
 
 
@@ -176,6 +178,7 @@ def test_a_build_without_live_mode_says_so(tmp_path, browser):
         assert "Live mode is not in this build" in box.inner_text()
         assert page.locator("button.paged-kv-live-run").count() == 0
         assert not [p for p in page.fetched if "/_static/live/" in p]
+        assert page.locator("head link[rel=icon]").get_attribute("href") == "data:,"
         assert page.errors == [] and page.blocked == []
         page.close()
     finally:

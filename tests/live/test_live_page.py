@@ -3,7 +3,9 @@ book/_ext/live/live.mjs draws), the refusals they answer, the placeholder's HTML
 extension's page context.  What only a browser can check is tests/live/test_live_browser.py's."""
 
 import html
+import importlib.util
 import json
+from pathlib import Path
 
 import pytest
 
@@ -15,6 +17,8 @@ from paged_kv.panels.base import EMPTY_OPTION, option_label, select_control
 from paged_kv.panels.calculator import CalculatorPanel
 from paged_kv.panels.continuations import OFFERED_PROMPTS
 from paged_kv.panels.prefix_cache import SYSTEM_PROMPTS
+
+ROOT = Path(__file__).resolve().parents[2]
 
 #: the controls where a reader gives a request's text, by panel (the browser offers only the
 #: prompts whose continuations were recorded)
@@ -185,3 +189,24 @@ def test_the_placeholder_carries_a_static_badge_that_the_page_swaps_for_the_live
     assert f'data-live-badge="{html.escape(page.LIVE_BADGE)}"' in on
     assert "data-live-badge" not in off                       # nothing will run: it stays a replay
     assert on.index("paged-kv-live-badge") < on.index("paged-kv-live-run")
+
+
+# --- 8. no page asks for /favicon.ico ------------------------------------------------------------
+def test_every_page_gets_an_empty_icon_unless_the_book_has_one():
+    spec = importlib.util.spec_from_file_location("live_mode", ROOT / "book" / "_ext" / "live_mode.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.NO_FAVICON == '<link rel="icon" href="data:,">'
+
+    class App:
+        paged_kv_live = False
+
+    for live in (False, True):
+        App.paged_kv_live = live
+        for body in ("<p>no panel</p>", '<div class="paged-kv-live" data-panel="calculator">'):
+            context = {"body": body, "metatags": '<meta name="x" content="y">', "script_files": []}
+            mod._page_context(App(), "p", "t", context, None)
+            assert context["metatags"] == '<meta name="x" content="y">' + mod.NO_FAVICON
+    own = {"body": "", "metatags": "", "favicon_url": "_static/icon.png", "script_files": []}
+    mod._page_context(App(), "p", "t", own, None)
+    assert own["metatags"] == ""                                # the book's own icon, alone
