@@ -7,7 +7,9 @@
   (:func:`paged_kv.panels.page.placeholder`) offer "Run live" or say "Live mode is not in this
   build" to match.  Without the runtime the build still succeeds, and says why live mode is off.
 * On a page with a placeholder (``html-page-context``): one small script, ``_static/live/click.js``,
-  a click listener; nothing else runs on page load.
+  a click listener; nothing else runs on page load.  On every page, unless the book has a favicon:
+  :data:`NO_FAVICON`, an empty icon, so the browser never asks the site for ``/favicon.ico``
+  (which it does not have: a 404 in the console of every page, and of every browser test).
 * At the end (``build-finished``): ``_static/live/`` gets Pyodide's core files, the pinned wheels
   (less the paths a wheel's ``drop`` in the lock lists: plotly's JavaScript bundles for Jupyter and
   its sample data, which Python in the browser never reads, 20 MB unpacked),
@@ -38,6 +40,7 @@ HERE = Path(__file__).resolve().parent / "live"       # click.js, live.mjs, work
 LIVE_ENV = "PAGED_KV_LIVE"                            # paged_kv.panels.page.LIVE_ENV
 WHEEL_ENV = "PAGED_KV_PURE_WHEEL"
 MARK = 'class="paged-kv-live'                         # a placeholder in a page's body
+NO_FAVICON = '<link rel="icon" href="data:,">'        # an empty icon: no request for /favicon.ico
 
 
 def _script(name: str):
@@ -82,6 +85,8 @@ def _config_inited(app, config):
 
 
 def _page_context(app, pagename, templatename, context, doctree):
+    if not context.get("favicon_url"):       # the theme's <head> writes metatags as they are
+        context["metatags"] = (context.get("metatags") or "") + NO_FAVICON
     if getattr(app, "paged_kv_live", False) and MARK in (context.get("body") or ""):
         context["script_files"] = [*context.get("script_files", []), "_static/live/click.js"]
 

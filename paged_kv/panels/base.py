@@ -26,8 +26,12 @@ import plotly.io as pio
 
 from ..errors import ConfigError, PagedKVError
 from ..viz import TEMPLATE
+from ..viz.labels import visible_token
 
-__all__ = ["PanelModel", "Step", "figure_json", "step"]
+__all__ = ["EMPTY_OPTION", "PanelModel", "Step", "figure_json", "filled", "option_label", "select_control", "step"]
+
+#: how a dropdown shows the empty option (a prefix of none): an empty ``<option>`` reads as nothing
+EMPTY_OPTION = "(none)"
 
 
 class PanelModel:
@@ -65,12 +69,58 @@ class PanelModel:
         """The panel's status text for ``state`` (plain text; fronts escape it)."""
         return ""
 
+    def input_values(self, state: Any) -> dict[str, Any]:
+        """The values ``state`` holds for the panel's inputs, by input name (JSON-able): what a
+        front resets its inputs to after a refusal, so that they show the inputs the figure was
+        drawn from.  Default: none (a panel whose inputs are not its state, like a prompt to add)."""
+        return {}
+
     def controls(self) -> list[dict]:
         """The panel's controls as JSON: a list of ``{"kind": "button", "label": ..., "op": ...}``
         and ``{"kind": "text" | "int" | "select", "name": ..., "label": ..., "value": ...,
-        ("options": [...], "min": ..., "max": ...)}``; a button's action is ``{"op": op}`` plus the
-        current value of every named input."""
+        ("options": [...], "labels": [...], "min": ..., "max": ...)}`` (a select shows
+        ``labels[i]`` for ``options[i]`` where it has labels, and sends the option itself); a
+        button's action is ``{"op": op}`` plus the current value of every named input, and where
+        a button is ``"auto": True`` a change of an input sends that button's op with that input
+        alone."""
         return []
+
+
+def filled(name: str, value: Any) -> Any:
+    """``value``, unless it is ``None``: the page sends an empty number box as JSON's ``null``, not
+    as 0 (which a panel would take for a value) nor as ``""`` (refused as the wrong type, which
+    reads as a bug of the page), so the reader is told what to do.
+
+    Raises:
+        ConfigError: ``value`` is ``None``; the message names the field (``name``, in the page's
+            words with the action's key, e.g. ``"context (seq_len)"``).
+    """
+    if value is None:
+        raise ConfigError(f"{name} is empty: type a number")
+    return value
+
+
+def option_label(text: str) -> str:
+    """How a dropdown shows the option ``text``: a line break as ``⏎``, and any other whitespace
+    but a plain space as :func:`~paged_kv.viz.labels.visible_token` writes it (an ``<option>``
+    shows no line break: ``"ROMEO:\\nBut soft"`` would read ``"ROMEO: But soft"``, which is
+    another prompt); ``""`` as :data:`EMPTY_OPTION`.  The option's value stays ``text``."""
+    if not text:
+        return EMPTY_OPTION
+    return "".join(ch if ch == " " else visible_token(ch) for ch in text)
+
+
+def select_control(name: str, label: str, value: Any, options) -> dict:
+    """A ``"select"`` control (:meth:`PanelModel.controls`) offering ``options`` in order, with
+    ``value`` first when it is not among them (a panel built with another starting text), each
+    shown by :func:`option_label`.  A dropdown rather than a text box for a prompt: in the browser
+    only the offered prompts have the tiny model's recorded tokens
+    (:data:`~paged_kv.panels.continuations.OFFERED_PROMPTS`)."""
+    offered = list(options)
+    if value not in offered:
+        offered.insert(0, value)
+    return {"kind": "select", "name": name, "label": label, "value": value, "options": offered,
+            "labels": [option_label(o) for o in offered]}
 
 
 @dataclass(frozen=True)

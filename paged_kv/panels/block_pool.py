@@ -43,8 +43,8 @@ from ..validate import count
 from ..viz.blocks import blocks_figure, refresh_blocks_figure
 from ..viz.logical_view import logical_view_figure
 from ..viz.sharing import refresh_sharing_figure, sharing_figure
-from .base import PanelModel
-from .continuations import load_recordings
+from .base import PanelModel, filled, select_control
+from .continuations import OFFERED_PROMPTS, load_recordings
 
 __all__ = ["BlockPoolPanel", "ForkPanel", "PoolState", "VIEWS"]
 
@@ -187,7 +187,8 @@ class BlockPoolPanel(PanelModel):
         """The state after ``action`` (see the class docstring); ``state`` is left as it was.
 
         Raises:
-            ConfigError: an unknown ``"op"`` or ``"view"``, a bad ``"n"``.
+            ConfigError: an unknown ``"op"`` or ``"view"``, a bad ``"n"``, an empty (``None``)
+                ``"length"`` or ``"n"``: the page's empty box.
             PromptError: an empty prompt, a bad length, a prompt too long for the model.
             OutOfBlocksError: the prompt does not fit the free blocks.
             BlockError: an unknown request, no request given, an ``add`` while preempted requests
@@ -209,7 +210,8 @@ class BlockPoolPanel(PanelModel):
             live.add(prompt)
             new.message = ""
         elif op == "add_length":
-            live.add(count("a prompt length (tokens)", action.get("length"), minimum=1, error=PromptError))
+            length = filled("the prompt length (length)", action.get("length"))
+            live.add(count("a prompt length (tokens)", length, minimum=1, error=PromptError))
             new.message = ""
         elif op == "step":
             if not live.running and not live.waiting:
@@ -240,7 +242,7 @@ class BlockPoolPanel(PanelModel):
     @staticmethod
     def _fork(live: LiveRequests, seq, n) -> str:
         """Fork ``n`` samples off running request ``seq`` (each shares all its blocks)."""
-        n = count("samples (n)", n, minimum=1)
+        n = count("samples (n)", filled("samples (n)", n), minimum=1)
         if n > MAX_FORKS:
             raise ConfigError(f"fork at most {MAX_FORKS} samples (n) at once, got {n}")
         if seq in live.waiting:
@@ -308,7 +310,7 @@ class BlockPoolPanel(PanelModel):
 
     def controls(self) -> list[dict]:
         pool = self.num_blocks * self.block_size
-        out = [{"kind": "text", "name": "prompt", "label": "prompt", "value": self.prompt},
+        out = [select_control("prompt", "prompt", self.prompt, OFFERED_PROMPTS),
                {"kind": "button", "label": "add prompt", "op": "add"},
                {"kind": "int", "name": "length", "label": "or length", "value": min(self.length, pool),
                 "min": 1, "max": pool},

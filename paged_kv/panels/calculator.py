@@ -10,9 +10,10 @@ the calculator lives here: which choices each input offers, what "custom" starts
 (:func:`custom_spec`), what the numbers say.  :class:`paged_kv.widgets.memory.MemoryCalculator`
 (Jupyter, Colab) and the browser page both drive :class:`CalculatorPanel`.
 
-Impossible inputs (a tensor-parallel degree that does not split the heads, a context of 0) are
-refused by :meth:`CalculatorPanel.apply` with the package's own error, so the state a front keeps
-is always one that plans.
+Impossible inputs (a tensor-parallel degree that does not split the heads, a context of 0, or one
+beyond the model's maximum context, :func:`check_context`) are refused by
+:meth:`CalculatorPanel.apply` with the package's own error, so the state a front keeps is always
+one that plans, for a context the model can hold.
 """
 
 from __future__ import annotations
@@ -26,10 +27,10 @@ from ..errors import ConfigError
 from ..memory import GPU_PRESETS, KV_DTYPES, MODEL_PRESETS, ModelSpec
 from ..units import format_bytes
 from ..viz.calculator import gpu_memory_figure, gpu_memory_parts
-from .base import PanelModel
+from .base import PanelModel, filled
 
-__all__ = ["BLOCK_SIZES", "CUSTOM", "CUSTOM_FIELDS", "CalculatorPanel", "CalculatorState", "INPUTS", "PP_DEGREES",
-           "TP_DEGREES", "block_sizes", "custom_fields", "custom_spec", "report_rows"]
+__all__ = ["BLOCK_SIZES", "CUSTOM", "CUSTOM_FIELDS", "CalculatorPanel", "CalculatorState", "INPUTS", "LABELS",
+           "PP_DEGREES", "TP_DEGREES", "block_sizes", "check_context", "custom_fields", "custom_spec", "report_rows"]
 
 CUSTOM = "custom"
 #: the choices the block-size, TP and PP inputs offer (TP up to two 8-GPU nodes and one beyond)
@@ -43,6 +44,9 @@ CUSTOM_FIELDS = ("num_layers", "num_heads", "num_kv_heads", "head_dim", "params_
 INPUTS = {"model": str, "gpu": str, "seq_len": int, "batch_size": int, "kv_dtype": str, "tp": int, "pp": int,
           "block_size": int, "base": str}
 _FIELD_TYPES = {k: (str if k == "weights_dtype" else float if k == "params_b" else int) for k in CUSTOM_FIELDS}
+#: the page's words for the inputs (its controls' labels; errors name an input by them and its key)
+LABELS = {"model": "model", "gpu": "GPU", "tp": "TP", "pp": "PP", "seq_len": "context", "batch_size": "batch",
+          "kv_dtype": "KV dtype", "block_size": "block"}
 #: what the "max context" field shows for a model that declares none (the widget's largest value)
 NO_MAX_POSITION = 2**24
 
@@ -50,6 +54,22 @@ NO_MAX_POSITION = 2**24
 def block_sizes(block_size: int = BLOCK_SIZE) -> list[int]:
     """The block sizes offered: :data:`BLOCK_SIZES` and ``block_size`` (a starting value not among them)."""
     return sorted({*BLOCK_SIZES, block_size})
+
+
+def check_context(spec: ModelSpec, seq_len: int) -> None:
+    """Refuse a context beyond the model's declared maximum (``spec.max_position``; none
+    declared: any).  :func:`~paged_kv.memory.plan_memory` sizes such a context all the same and
+    only flags it (the book's tables grey those rows out); the calculator refuses it, since a
+    server would not start with it (vLLM refuses a ``max_model_len`` above the model's
+    ``max_position_embeddings`` unless ``VLLM_ALLOW_LONG_MAX_MODEL_LEN`` is set), and its numbers
+    would read as ones the model can serve.
+
+    Raises:
+        ConfigError: ``seq_len`` above ``spec.max_position``; the message names both.
+    """
+    if not spec.within_max_context(seq_len):
+        raise ConfigError(f"the calculator's {LABELS['seq_len']} (seq_len) of {seq_len:,} tokens is beyond "
+                          f"{spec.name}'s maximum context of {spec.max_position:,} tokens")
 
 
 def custom_fields(base: str | ModelSpec) -> dict[str, Any]:
@@ -159,11 +179,12 @@ class CalculatorPanel(PanelModel):
 
     Raises (constructor):
         UnknownPresetError: an unknown model or GPU name.
+        ConfigError: a ``seq_len`` beyond the model's maximum context (:func:`check_context`).
     """
 
     name = "calculator"
     demo_actions = [{"op": "set", "batch_size": 32},
-                    {"op": "set", "model": "Llama-3-70B", "tp": 4},
+                    {"op": "set", "model": "Qwen2.5-72B", "tp": 4},   # 131,072 tokens of context
                     {"op": "set", "kv_dtype": "fp8", "seq_len": 131072},
                     {"op": "set", "tp": 3},                     # refused: tp is offered as 1, 2, 4, ... only
                     {"op": "set", "gpu": "H200", "pp": 2},
@@ -173,6 +194,7 @@ class CalculatorPanel(PanelModel):
                  batch_size: int = 16, kv_dtype: str = "fp16", tp: int = 1, pp: int = 1,
                  block_size: int = BLOCK_SIZE) -> None:
         base = memory.model_preset(model).name
+        check_context(memory.model_preset(base), seq_len)
         self._block_sizes = block_sizes(block_size)
         self._initial = CalculatorState(model=base, gpu=memory.gpu_preset(gpu).name, seq_len=seq_len,
                                         batch_size=batch_size, kv_dtype=kv_dtype, tp=tp, pp=pp,
@@ -186,9 +208,11 @@ class CalculatorPanel(PanelModel):
         """The inputs after ``action``, checked by planning them.
 
         Raises:
-            ConfigError: an unknown ``"op"`` or input name, a value of the wrong type, a choice
+            ConfigError: an unknown ``"op"`` or input name, an empty value (``None``: the page's
+                empty box, named in its words, :data:`LABELS`), a value of the wrong type, a choice
                 not offered (a TP, PP or block size outside the panel's lists, a KV dtype), or
-                inputs that cannot be planned (the message of :func:`~paged_kv.memory.plan_memory`).
+                inputs that cannot be planned (the message of :func:`~paged_kv.memory.plan_memory`),
+                a context beyond the model's maximum (:func:`check_context`).
             UnknownPresetError: an unknown model or GPU name.
         """
         if action.get("op") != "set":
@@ -201,6 +225,7 @@ class CalculatorPanel(PanelModel):
             if kind is None:
                 raise ConfigError(f"the calculator has no input {key!r} (inputs: {sorted(INPUTS)} "
                                   f"and the custom fields {list(CUSTOM_FIELDS)})")
+            filled(f"the calculator's {LABELS[key]} ({key})" if key in LABELS else f"the calculator's {key}", value)
             ok = (isinstance(value, str) if kind is str else
                   isinstance(value, (int, float)) and not isinstance(value, bool) if kind is float else
                   isinstance(value, int) and not isinstance(value, bool))
@@ -225,6 +250,7 @@ class CalculatorPanel(PanelModel):
         if fields:
             merged = {**new.fields, **fields}
             new = replace(new, custom=tuple((k, merged[k]) for k in CUSTOM_FIELDS))
+        check_context(self.spec(new), new.seq_len)
         self.plan(new)                                          # refuse inputs that cannot be planned
         return new
 
@@ -250,18 +276,23 @@ class CalculatorPanel(PanelModel):
         rows, footer = report_rows(self.plan(state), self.spec(state))
         return "\n".join(f"{k}: {v}" for k, v in rows) + f"\n{footer}"
 
+    def input_values(self, state: CalculatorState) -> dict[str, Any]:
+        """The inputs the page shows (:data:`LABELS`' keys) as ``state`` holds them."""
+        return {key: getattr(state, key) for key in LABELS}
+
     def controls(self) -> list[dict]:
         s = self._initial
-        return [{"kind": "select", "name": "model", "label": "model", "value": s.model, "options": list(MODEL_PRESETS)},
-                {"kind": "select", "name": "gpu", "label": "GPU", "value": s.gpu, "options": list(GPU_PRESETS)},
-                {"kind": "select", "name": "tp", "label": "TP", "value": s.tp, "options": list(TP_DEGREES)},
-                {"kind": "select", "name": "pp", "label": "PP", "value": s.pp, "options": list(PP_DEGREES)},
-                {"kind": "int", "name": "seq_len", "label": "context", "value": s.seq_len, "min": 1, "max": 2**24},
-                {"kind": "int", "name": "batch_size", "label": "batch", "value": s.batch_size, "min": 0,
-                 "max": 10**6},
-                {"kind": "select", "name": "kv_dtype", "label": "KV dtype", "value": s.kv_dtype,
-                 "options": list(KV_DTYPES)},
-                {"kind": "select", "name": "block_size", "label": "block", "value": s.block_size,
-                 "options": list(self._block_sizes)},
-                # "auto": the page sends this button's action whenever an input changes
+
+        def select(key, options):
+            return {"kind": "select", "name": key, "label": LABELS[key], "value": getattr(s, key),
+                    "options": list(options)}
+
+        def number(key, low, high):
+            return {"kind": "int", "name": key, "label": LABELS[key], "value": getattr(s, key), "min": low, "max": high}
+
+        return [select("model", MODEL_PRESETS), select("gpu", GPU_PRESETS), select("tp", TP_DEGREES),
+                select("pp", PP_DEGREES), number("seq_len", 1, 2**24), number("batch_size", 0, 10**6),
+                select("kv_dtype", KV_DTYPES), select("block_size", self._block_sizes),
+                # "auto": the page sends this button's action, with that input alone, whenever an input
+                # changes (another input's refused value is not sent again with every change)
                 {"kind": "button", "label": "recompute", "op": "set", "auto": True}]

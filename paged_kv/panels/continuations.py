@@ -26,8 +26,8 @@ from ..engine.live import LiveRequests
 from ..errors import ConfigError
 from ..validate import count
 
-__all__ = ["CONTINUATION_BYTES", "OFFERED_PROMPTS", "RECORDINGS_FILE", "load_recordings", "record_continuation",
-           "whole_characters"]
+__all__ = ["CONTINUATION_BYTES", "OFFERED_PROMPTS", "OWN_TEXTS", "RECORDINGS_FILE", "load_recordings",
+           "record_continuation", "whole_characters"]
 
 RECORDINGS_FILE = "continuations.json"
 
@@ -36,14 +36,15 @@ RECORDINGS_FILE = "continuations.json"
 CONTINUATION_BYTES = 128
 
 _PREFIXES = ("ROMEO: I pray thee, good Mercutio, ", "KING: Speak the speech, I pray you, ")   # chapter 8
-_OWN_TEXTS = ("what news?", "how now?")
+#: chapter 8's own texts, each offered after every shared prefix (and after none)
+OWN_TEXTS = ("what news?", "how now?")
 
 OFFERED_PROMPTS: tuple[str, ...] = (
     "To be, or not to be",                       # the block pool's and the engine panel's default (ch. 5, 7)
     "To be, or not",                             # chapter 6's recorded fork session
     "ROMEO:\nBut soft, what light",              # chapter 5's recorded session
     "JULIET:\nO Romeo, Romeo!",
-    *(p + t for p in ("",) + _PREFIXES for t in _OWN_TEXTS),   # chapter 8: prefix + own text
+    *(p + t for p in ("",) + _PREFIXES for t in OWN_TEXTS),   # chapter 8: prefix + own text
 )
 
 

@@ -38,7 +38,7 @@ from ..engine.llm_engine import LLMEngine
 from ..engine.timing_runner import SwapTime, TimingRunner
 from ..engine.token_source import RecordedTokens
 from ..model.tokenizer import ByteTokenizer
-from .base import PanelModel
+from .base import PanelModel, filled
 from .continuations import load_recordings
 
 __all__ = ["MAX_RUN_STEPS", "EnginePanel", "EngineState", "RooflineTiming",
@@ -306,10 +306,10 @@ def int_field(action: Mapping[str, Any], key: str, default: int, low: int, high:
     """``action[key]`` as an int in ``[low, high]`` (``default`` when absent).
 
     Raises:
-        ConfigError: not an int, or outside the range (named in the page's words,
-            :func:`field_name`)."""
+        ConfigError: ``None`` (an empty box, :func:`~paged_kv.panels.base.filled`), not an int,
+            or outside the range (named in the page's words, :func:`field_name`)."""
     name = field_name(key)
-    value = count(name, action.get(key, default), low)
+    value = count(name, filled(name, action.get(key, default)), low)
     if value > high:
         raise ConfigError(f"{name} must be at most {high}, got {value}")
     return value

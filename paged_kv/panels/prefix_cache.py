@@ -23,6 +23,8 @@ from ..engine.llm_engine import LLMEngine
 from ..errors import ConfigError
 from ..sampling_params import SamplingParams
 from ..viz.prefix_cache import prefix_pool_figure
+from .base import select_control
+from .continuations import OWN_TEXTS
 from .engine_panel import EnginePanel, EngineState, RooflineTiming, engine_config, int_field, text_field
 
 __all__ = ["DEFAULT_TEXT", "MAX_TOKENS", "PrefixCachePanel", "SYSTEM_PROMPTS", "hits_in_words"]
@@ -113,9 +115,8 @@ class PrefixCachePanel(EnginePanel):
 
     def controls(self) -> list[dict]:
         return [
-            {"kind": "select", "name": "prefix", "label": "prefix", "value": SYSTEM_PROMPTS[0],
-             "options": [*SYSTEM_PROMPTS, ""]},
-            {"kind": "text", "name": "text", "label": "own text", "value": DEFAULT_TEXT},
+            select_control("prefix", "prefix", SYSTEM_PROMPTS[0], [*SYSTEM_PROMPTS, ""]),
+            select_control("text", "own text", DEFAULT_TEXT, OWN_TEXTS),
             {"kind": "int", "name": "max_tokens", "label": "new tokens", "value": 8, "min": 1, "max": MAX_TOKENS},
             {"kind": "button", "label": "submit", "op": "submit"},
             {"kind": "button", "label": "step", "op": "step"},

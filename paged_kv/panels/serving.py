@@ -27,6 +27,8 @@ from ..engine.llm_engine import LLMEngine
 from ..errors import PagedKVError
 from ..sampling_params import SamplingParams
 from ..viz.serving import serving_figure
+from .base import select_control
+from .continuations import OFFERED_PROMPTS
 from .engine_panel import EnginePanel, EngineState, RooflineTiming, engine_config, int_field, text_field
 
 __all__ = ["DEFAULT_PROMPT", "MAX_SAMPLES", "MAX_TOKENS", "ServingPanel", "live_requests", "next_request_name", "request_id"]
@@ -129,7 +131,7 @@ class ServingPanel(EnginePanel):
 
     def controls(self) -> list[dict]:
         return [
-            {"kind": "text", "name": "prompt", "label": "prompt", "value": DEFAULT_PROMPT},
+            select_control("prompt", "prompt", DEFAULT_PROMPT, OFFERED_PROMPTS),
             {"kind": "int", "name": "max_tokens", "label": "new tokens", "value": 12, "min": 1, "max": MAX_TOKENS},
             {"kind": "int", "name": "n", "label": "samples", "value": 1, "min": 1, "max": MAX_SAMPLES},
             {"kind": "button", "label": "submit", "op": "submit"},

@@ -3,10 +3,12 @@
 The page's worker (``book/_ext/live/worker.mjs``) loads Pyodide, installs the pure wheel, and
 calls :func:`create` when a reader clicks "Run live", then :func:`act` for every action.  Both
 answer the JSON text of ``{"handle", "panel", "figure", "figure_sha256", "status", "note",
-"controls"}``: ``figure`` is the plotly figure as :func:`~paged_kv.panels.base.figure_json` writes
-it, spliced into the reply as that text (the page parses the reply once and hands the figure to
-``Plotly.react``), ``figure_sha256`` the sha256 of that text (what the parity and browser tests
-compare with CPython's), ``note`` a refusal's message (else ``""``).
+"controls", "values"}``: ``figure`` is the plotly figure as :func:`~paged_kv.panels.base.figure_json`
+writes it, spliced into the reply as that text (the page parses the reply once and hands the
+figure to ``Plotly.react``), ``figure_sha256`` the sha256 of that text (what the parity and browser tests
+compare with CPython's), ``note`` a refusal's message (else ``""``), ``values`` the inputs the
+panel's state holds (:meth:`~paged_kv.panels.base.PanelModel.input_values`: after a refusal the
+page puts its inputs back to them).
 
 After a panel's first figure the page's worker calls :func:`warm` while it is idle: one step at a
 time, it replays the panel's ``demo_actions`` on a private chain of states that starts from the
@@ -51,7 +53,8 @@ def reply(handle: int, model, result: Step) -> str:
     text = figure_json(result.figure)
     rest = json.dumps({"handle": handle, "panel": model.name,
                        "figure_sha256": hashlib.sha256(text.encode()).hexdigest(),
-                       "status": result.status, "note": result.note, "controls": model.controls()},
+                       "status": result.status, "note": result.note, "controls": model.controls(),
+                       "values": model.input_values(result.state)},
                       ensure_ascii=False)
     return f'{rest[:-1]},"figure":{text}}}'
 

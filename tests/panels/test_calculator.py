@@ -23,10 +23,10 @@ def _run(model, actions):
 
 def test_the_figure_draws_the_plan_of_the_inputs():
     panel = CalculatorPanel()
-    s = step(panel, panel.initial(), {"op": "set", "model": "Llama-3-70B", "tp": 4, "kv_dtype": "fp8",
+    s = step(panel, panel.initial(), {"op": "set", "model": "Qwen2.5-72B", "tp": 4, "kv_dtype": "fp8",
                                       "seq_len": 32768, "batch_size": 8})
     assert s.note == ""
-    plan = memory.plan_memory("Llama-3-70B", "H100-80GB", 32768, 8, "fp8", tp=4, block_size=16)
+    plan = memory.plan_memory("Qwen2.5-72B", "H100-80GB", 32768, 8, "fp8", tp=4, block_size=16)
     bars = {t.name: t.x[0] for t in s.figure.data}
     assert bars["KV cache (fp8)"] == pytest.approx(plan.kv_bytes / GiB)
     assert bars["weights"] == pytest.approx(plan.weights_bytes / GiB)
@@ -54,7 +54,7 @@ def test_apply_never_changes_the_given_state_and_refusals_keep_it():
 
 
 def test_custom_starts_from_the_preset_shown_and_takes_typed_fields():
-    panel = CalculatorPanel(model="Gemma-2-9B", gpu="H200", seq_len=32768, batch_size=2)
+    panel = CalculatorPanel(model="Gemma-2-9B", gpu="H200", seq_len=8192, batch_size=2)   # its maximum
     before = panel.plan(panel.initial())
     custom = panel.apply(panel.initial(), {"op": "set", "model": "custom"})
     assert panel.plan(custom) == before.__class__(**{**before.__dict__, "model": "custom"})

@@ -39,7 +39,7 @@ def test_a_panel_that_does_not_import_fails_alone_with_its_name(monkeypatch):
 
 def test_the_worker_answers_json_the_parity_hash_is_of_figure_json():
     r = json.loads(worker.create("calculator", '{"model": "Llama-3-70B", "tp": 4}'))
-    assert set(r) == {"handle", "panel", "figure", "figure_sha256", "status", "note", "controls"}
+    assert set(r) == {"handle", "panel", "figure", "figure_sha256", "status", "note", "controls", "values"}
     model = CalculatorPanel(model="Llama-3-70B", tp=4)
     first = step(model, model.initial(), None)
     assert r["figure_sha256"] == hashlib.sha256(figure_json(first.figure).encode()).hexdigest()
@@ -50,6 +50,8 @@ def test_the_worker_answers_json_the_parity_hash_is_of_figure_json():
     assert r2["note"] == "" and r2["figure_sha256"] != r["figure_sha256"] and "64 x 8,192" in r2["status"]
     r3 = json.loads(worker.act(r["handle"], '{"op": "set", "seq_len": 0}'))       # refused: state kept
     assert "seq_len" in r3["note"] and r3["figure_sha256"] == r2["figure_sha256"]
+    assert r3["values"] == r2["values"] == {"model": "Llama-3-70B", "gpu": "H100-80GB", "tp": 4, "pp": 1,
+                                            "seq_len": 8192, "batch_size": 64, "kv_dtype": "fp16", "block_size": 16}
     with pytest.raises(ConfigError, match="handle"):
         worker.act(10**6, '{"op": "set"}')
     with pytest.raises(ConfigError, match="must be JSON"):

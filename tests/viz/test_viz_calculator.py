@@ -128,9 +128,9 @@ def test_live_calculator_follows_its_widgets():
     calc = MemoryCalculator(use_figure_widget=False)
     assert calc.plan == memory.plan_memory("Llama-3-8B", "H100-80GB", 8192, 16, block_size=BLOCK_SIZE)
     assert "131,072 B" in calc.text.value
-    calc.model.value, calc.gpu.value, calc.tp.value = "Llama-3-70B", "H200", 4
+    calc.model.value, calc.gpu.value, calc.tp.value = "Qwen2.5-72B", "H200", 4    # 131,072 tokens of context
     calc.kv_dtype.value, calc.seq_len.value = "fp8", 131072
-    assert calc.plan == memory.plan_memory("Llama-3-70B", "H200", 131072, 16, "fp8", tp=4, block_size=BLOCK_SIZE)
+    assert calc.plan == memory.plan_memory("Qwen2.5-72B", "H200", 131072, 16, "fp8", tp=4, block_size=BLOCK_SIZE)
     assert f"{calc.plan.max_batch_size:,} sequences" in calc.text.value
     calc.model.value = "custom"
     calc.custom["num_kv_heads"].value = 7  # 64 heads are not divisible by 7
@@ -139,7 +139,7 @@ def test_live_calculator_follows_its_widgets():
     assert calc.plan is not None and calc.plan.kv_bytes_per_token == 2 * 80 * 8 * 128 * 1 // 4  # fp8, tp=4
 
 
-def test_live_calculator_flags_contexts_beyond_the_model_and_small_sizes():
+def test_live_calculator_refuses_contexts_beyond_the_model_and_shows_small_sizes():
     pytest.importorskip("ipywidgets")
     from paged_kv.widgets.memory import MemoryCalculator
 
@@ -147,12 +147,14 @@ def test_live_calculator_flags_contexts_beyond_the_model_and_small_sizes():
                             use_figure_widget=False)
     assert "beyond" not in calc.text.value and "4,096 tokens" in calc.text.value
     calc.seq_len.value = 8192  # meta-llama/Llama-2-7b-hf declares 4,096
-    assert "beyond the model's maximum context of 4,096" in calc.text.value
+    assert calc.plan is None and "impossible" in calc.text.value
+    assert "8,192 tokens is beyond Llama-2-7B's maximum context of 4,096 tokens" in calc.text.value
     ctx = memory.model_preset("tiny").max_position
-    calc.model.value, calc.seq_len.value = "tiny", 2 * ctx     # past its context: flagged, still sized
-    assert f"beyond the model's maximum context of {ctx:,}" in calc.text.value
-    per_seq = 2 * ctx * memory.kv_bytes_per_token("tiny")
-    assert f"{per_seq / 2**20:,.2f} MiB ({per_seq / 10**6:,.2f} MB)" in calc.text.value
+    calc.seq_len.value = ctx
+    calc.model.value = "tiny"
+    assert calc.plan is not None and calc.plan.seq_len == ctx
+    per_seq = ctx * memory.kv_bytes_per_token("tiny")          # under 1 MiB: in KiB (KB), not "0.00 GiB"
+    assert per_seq < 2**20 and f"{per_seq / 2**10:,.2f} KiB ({per_seq / 10**3:,.2f} KB)" in calc.text.value
 
 
 def test_live_calculator_figure_widget_updates_in_place():
@@ -231,7 +233,8 @@ def test_live_calculator_custom_starts_from_the_whole_preset(preset):
     pytest.importorskip("ipywidgets")
     from paged_kv.widgets.memory import MemoryCalculator
 
-    calc = MemoryCalculator(model=preset, gpu="H200", seq_len=32768, batch_size=2, tp=8,
+    seq_len = min(32768, memory.model_preset(preset).max_position)     # the calculator refuses more
+    calc = MemoryCalculator(model=preset, gpu="H200", seq_len=seq_len, batch_size=2, tp=8,
                             use_figure_widget=False)
     before = calc.plan
     calc.model.value = "custom"

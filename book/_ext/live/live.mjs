@@ -5,8 +5,9 @@
 // start() asks the worker to build the panel, redraws the page's figure in place (Plotly.react)
 // with the figure JSON it answers, and draws the panel's controls from its controls() list; every
 // control then sends its action and redraws. What the page shows after each step is recorded on the
-// placeholder for the tests: data-live-state, data-live-steps, data-live-sha (the sha256 of the
-// figure JSON, as CPython computes it), data-live-ms (the last call's time in the worker).
+// placeholder for the tests once Plotly.react has drawn it: data-live-state, data-live-steps,
+// data-live-sha (the sha256 of the figure JSON, as CPython computes it), data-live-ms (the last
+// call's time in the worker).
 let worker = null;
 let nextId = 1;
 const pending = new Map();
@@ -45,9 +46,15 @@ function figureOf(box) {
   return gd;
 }
 
-function draw(box, { reply, ms }) {
+async function draw(box, { reply, ms }) {
   const gd = figureOf(box);
-  window.Plotly.react(gd, reply.figure.data, reply.figure.layout, { displaylogo: false, responsive: true });
+  const { data, layout } = reply.figure;
+  // the div takes the figure's own height: the page's keeps the first figure's (plotly's to_html
+  // writes it into the div's style), which clipped a taller figure
+  if (typeof layout.height === "number") gd.style.height = `${layout.height}px`;
+  // the text and the data-live-* marks change once the figure is drawn: a test (or a reader)
+  // that sees the new step's marks sees the new step's figure
+  await window.Plotly.react(gd, data, layout, { displaylogo: false, responsive: true });
   const status = box.querySelector(".paged-kv-live-status");
   let note = box.querySelector(".paged-kv-live-refused");
   if (!note) {
@@ -58,6 +65,7 @@ function draw(box, { reply, ms }) {
   }
   note.textContent = reply.note ? `refused: ${reply.note}` : "";   // the state, and the figure, stay
   note.style.display = reply.note ? "" : "none";
+  if (reply.note) resetInputs(box, reply.values || {});
   status.style.display = "";
   status.textContent = reply.status;
   box.dataset.liveSha = reply.figure_sha256;
@@ -66,14 +74,26 @@ function draw(box, { reply, ms }) {
   box.dataset.liveSteps = String(Number(box.dataset.liveSteps || -1) + 1);
 }
 
+// After a refusal the inputs show again the values the panel's state holds (the figure's), not
+// the refused one: paged_kv.panels.base.PanelModel.input_values, the reply's "values".
+function resetInputs(box, values) {
+  for (const el of box.querySelectorAll(".paged-kv-live-controls select, .paged-kv-live-controls input")) {
+    if (!(el.name in values)) continue;
+    const v = values[el.name];
+    if (el.tagName === "SELECT") el.selectedIndex = [...el.options].findIndex((o) => o.value === String(v));
+    else el.value = v === null ? "" : String(v);
+  }
+}
+
 function renderControls(box, controls, handle) {
   const holder = box.querySelector(".paged-kv-live-controls");
   holder.textContent = "";
   const inputs = [];
   let queue = Promise.resolve();
-  const send = (op) => {
+  // a button sends every input's value; an input's change (with an "auto" button) that input alone
+  const send = (op, only) => {
     const action = { op };
-    for (const { name, read } of inputs) action[name] = read();
+    for (const { name, read } of inputs) if (only === undefined || name === only) action[name] = read();
     queue = queue.then(() => call({ cmd: "act", handle, action: JSON.stringify(action) }))
       .then((r) => draw(box, r))
       .catch((err) => { box.querySelector(".paged-kv-live-status").textContent = `failed: ${err.message}`; });
@@ -101,7 +121,7 @@ function renderControls(box, controls, handle) {
       c.options.forEach((o, i) => {
         const opt = document.createElement("option");
         opt.value = String(o);
-        opt.textContent = String(o);
+        opt.textContent = c.labels ? c.labels[i] : String(o);   // a prompt's "\n" shows as ⏎
         if (o === c.value) opt.selected = true;
         el.appendChild(opt);
       });
@@ -112,14 +132,16 @@ function renderControls(box, controls, handle) {
       if (c.min !== undefined) el.min = c.min;
       if (c.max !== undefined) el.max = c.max;
       el.value = c.value ?? "";
-      inputs.push({ name: c.name, read: () => (c.kind === "int" ? Number(el.value) : el.value) });
+      // an empty number box is sent as null (Number("") is 0), which the panel refuses by name
+      const number = () => (el.value.trim() === "" ? null : Number(el.value));
+      inputs.push({ name: c.name, read: () => (c.kind === "int" ? number() : el.value) });
     }
     el.name = c.name;
     label.appendChild(el);
     holder.appendChild(label);
   }
   if (auto !== null) {
-    for (const el of holder.querySelectorAll("select, input")) el.addEventListener("change", () => send(auto));
+    for (const el of holder.querySelectorAll("select, input")) el.addEventListener("change", () => send(auto, el.name));
   }
 }
 
@@ -132,13 +154,19 @@ export async function start(box) {
   const t0 = performance.now();
   try {
     const r = await call({ cmd: "create", name: box.dataset.panel, args: box.dataset.args || "{}" });
-    draw(box, r);
+    await draw(box, r);
     renderControls(box, r.reply.controls, r.reply.handle);
     box.dataset.liveColdMs = String(Math.round(performance.now() - t0));
     box.dataset.liveBootMs = String(Math.round(r.bootMs));
     box.dataset.liveBoot = JSON.stringify(r.boot);
     box.dataset.liveCreateMs = String(Math.round(r.ms));
     run.textContent = "Live";
+    // the badge says the figure is now the live panel's (paged_kv.panels.page.LIVE_BADGE)
+    const badge = box.querySelector(".paged-kv-live-badge");
+    if (badge && badge.dataset.liveBadge) {
+      badge.textContent = badge.dataset.liveBadge;
+      badge.classList.add("paged-kv-live-badge-on");
+    }
     box.dataset.liveState = "ready";
   } catch (err) {
     delete box.dataset.liveState;
