@@ -26,7 +26,7 @@ from ..model.tokenizer import ByteTokenizer
 from ..spec_decode import NgramProposer, SpeculationTrace, replay_speculation
 from ..validate import count
 from ..viz.spec_decode import rollback_figure
-from .base import PanelModel
+from .base import PanelModel, select_control
 from .continuations import OFFERED_PROMPTS, load_recordings
 from .engine_panel import int_field, text_field
 
@@ -155,12 +155,16 @@ class SpecDecodePanel(PanelModel):
             "output is exactly it)",
         ])
 
+    def input_values(self, state: SpecState) -> dict[str, Any]:
+        """The settings ``state`` was replayed with (the page puts its boxes back to them after a refusal)."""
+        return {"prompt": state.prompt, "k": state.k, "ngram": state.ngram, "max_tokens": state.max_tokens}
+
     def controls(self) -> list[dict]:
         return [
-            {"kind": "select", "name": "prompt", "label": "prompt", "value": DEFAULT["prompt"],
-             "options": [p for p in OFFERED_PROMPTS if p in self.recordings]},
-            {"kind": "int", "name": "k", "label": "drafts k", "value": DEFAULT["k"], "min": 1, "max": MAX_K},
-            {"kind": "int", "name": "ngram", "label": "n-gram", "value": DEFAULT["ngram"], "min": 1, "max": MAX_NGRAM},
+            select_control("prompt", "prompt", DEFAULT["prompt"], [p for p in OFFERED_PROMPTS if p in self.recordings]),
+            {"kind": "int", "name": "k", "label": "drafts", "value": DEFAULT["k"], "min": 1, "max": MAX_K},
+            {"kind": "int", "name": "ngram", "label": "n-gram length", "value": DEFAULT["ngram"], "min": 1,
+             "max": MAX_NGRAM},
             {"kind": "int", "name": "max_tokens", "label": "new tokens", "value": DEFAULT["max_tokens"], "min": 1,
              "max": MAX_TOKENS},
             {"kind": "button", "label": "replay", "op": "run"},

@@ -26,7 +26,7 @@ def _inputs(controls: list[dict]) -> dict[str, w.Widget]:
     out = {}
     for c in controls:
         if c["kind"] == "select":
-            options = [(o.replace("\n", "⏎"), o) for o in c["options"]]
+            options = list(zip(c.get("labels", c["options"]), c["options"]))
             out[c["name"]] = w.Dropdown(options=options, value=c["value"], description=c["label"],
                                         layout=w.Layout(width="340px"))
         elif c["kind"] == "int":
