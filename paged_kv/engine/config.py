@@ -97,4 +97,5 @@ class EngineConfig:
             preemption_mode=self.preemption_mode, max_model_len=self.max_model_len,
             reservation=self.reservation, enable_prefix_caching=self.enable_prefix_caching,
             prefix_caching_hash_algo=self.prefix_caching_hash_algo, policy=self.policy,
-            num_lookahead_tokens=0 if self.speculative_config is None else self.speculative_config.num_speculative_tokens)
+            num_lookahead_tokens=0 if self.speculative_config is None
+            else self.speculative_config.num_speculative_tokens)

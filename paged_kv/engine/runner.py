@@ -156,7 +156,8 @@ class ModelRunner:
             batch = prepare_paged_batch(rows, phase, self.model.device)
             every = any(c.spec_token_ids for c in part)     # a verify chunk reads all its positions
             args = (self.model, self.cache, batch, self.backend, self.reduction)
-            logits = run_paged_batch(*args, all_positions=True) if every else run_paged_batch(*args)  # (B, T, V) | (B, V)
+            # (B, T, V) with a verify chunk, else (B, V)
+            logits = run_paged_batch(*args, all_positions=True) if every else run_paged_batch(*args)
             for b, c in enumerate(part):
                 if c.spec_token_ids:
                     toks, used = self._verify(logits[b, :c.query_len], c)

@@ -112,7 +112,8 @@ class SpecDecodePanel(PanelModel):
         if op == "run":
             prompt = text_field(action, "prompt", DEFAULT["prompt"])
             if prompt not in self.recordings:
-                raise ConfigError(f"prompt {prompt!r:.40} has no recorded continuation; pick one of the offered prompts")
+                raise ConfigError(f"prompt {prompt!r:.40} has no recorded continuation; pick one of the "
+                                  f"offered prompts")
             return self._replay(prompt, int_field(action, "k", DEFAULT["k"], 1, MAX_K),
                                 int_field(action, "ngram", DEFAULT["ngram"], 1, MAX_NGRAM),
                                 int_field(action, "max_tokens", DEFAULT["max_tokens"], 1, MAX_TOKENS))

@@ -34,5 +34,6 @@ from .sampling_rule import (FLOAT_TOLERANCE, check_distribution, residual, rule_
 
 __all__ = ["FLOAT_TOLERANCE", "PHASES", "SPECULATIVE_METHODS", "NgramProposer", "Proposer", "SlotState", "SpecStep",
            "SpeculationTrace", "SpeculativeConfig", "accept_greedy",
-           "check_distribution", "check_draft", "check_proposer", "exact_output_distribution", "residual", "rule_outcomes", "speculative_distribution",
+           "check_distribution", "check_draft", "check_proposer", "exact_output_distribution", "residual",
+           "rule_outcomes", "speculative_distribution",
            "replay_speculation", "speculative_sample", "target_distribution", "uniform_chooser"]

@@ -53,7 +53,8 @@ def check_draft(draft, limit: int, seq_id) -> list[int]:
     try:
         tokens = list(draft)
     except TypeError:
-        raise ConfigError(f"the proposer returned {draft!r:.60} for sequence {seq_id}, not a list of token ids") from None
+        raise ConfigError(f"the proposer returned {draft!r:.60} for sequence {seq_id}, "
+                          f"not a list of token ids") from None
     if any(type(t) is not int or t < 0 for t in tokens):
         raise ConfigError(f"the proposer returned {tokens[:6]!r} for sequence {seq_id}: token ids are ints >= 0")
     if len(tokens) > limit:

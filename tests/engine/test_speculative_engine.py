@@ -261,7 +261,8 @@ def test_stop_strings_and_stop_tokens_cut_an_accepted_run(tiny):
         e = LLMEngine(model, EngineConfig(num_gpu_blocks=64, speculative_config={
             "method": "ngram", "num_speculative_tokens": 6, "prompt_lookup_min": 1}), tokenizer=tok)
         got = e.generate("ROMEO:\n", params)[0]
-        assert (got.token_ids, got.text, got.finish_reason) == (plain.token_ids, plain.text, plain.finish_reason), params
+        assert (got.token_ids, got.text, got.finish_reason) == \
+            (plain.token_ids, plain.text, plain.finish_reason), params
         assert e.scheduler.manager.num_free_blocks == 64
 
 
