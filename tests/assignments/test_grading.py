@@ -130,6 +130,43 @@ MISTAKES = {
          "        if self.refs[block_id] == 0:\n            self.queue.remove(block_id)\n", "",
          {"free_list_tests", "free_list_hidden"}),
     ],
+    "a8_speculative_decoding": [
+        ("the partly used last block freed (blocks kept: num_tokens // block_size)",
+         "    keep = -(-num_tokens // table.block_size)        # the blocks that still hold a kept token\n",
+         "    keep = num_tokens // table.block_size\n", {"truncate_tests", "truncate_hidden"}),
+        ("a block a fork still holds freed (every holder let go)",
+         "        if allocator.free(block_id) == 0:            # a block a fork still holds only loses this holder\n"
+         "            freed.append(block_id)\n",
+         "        while allocator.free(block_id) > 0:\n"
+         "            pass\n"
+         "        freed.append(block_id)\n", {"truncate_tests", "truncate_hidden"}),
+        ("the first logical block let go first",
+         "    for block_id in reversed(dropped):               # the last logical block first\n",
+         "    for block_id in dropped:\n", {"truncate_tests", "truncate_hidden"}),
+        ("a cut to 0 tokens accepted (it frees the whole table)",
+         "    if not 1 <= num_tokens <= table.num_tokens:\n", "    if num_tokens > table.num_tokens:\n",
+         {"truncate_tests", "truncate_hidden"}),
+        ("the bonus token dropped (all k accepted gives k tokens)",
+         "    kept.append(target_tokens[len(draft)])           # every draft accepted: the bonus token\n", "",
+         {"accept_tests", "accept_hidden"}),
+        ("drafts accepted past the first mismatch",
+         "            return kept                              # the first disagreement ends the run\n",
+         "            continue\n", {"accept_tests", "accept_hidden"}),
+        ("the rejected draft kept instead of the target's token",
+         "        kept.append(t)                               # the target's token: the draft's, where they agree\n",
+         "        kept.append(d)\n", {"accept_tests", "accept_hidden"}),
+        ("the target's own last token kept a slot (rolled back one too few)",
+         "    freed = m.truncate(seq_id, len(tokens) + len(kept) - 1)   # the target's own last token has no K/V yet\n",
+         "    freed = m.truncate(seq_id, len(tokens) + len(kept))\n",
+         {"step_tests", "step_hidden"}),
+        ("each position verified one draft token late",
+         "    verified = [target(tokens + draft[:i]) for i in range(len(draft) + 1)]   # one pass: k + 1 positions\n",
+         "    verified = [target(tokens + draft[:i + 1]) for i in range(len(draft) + 1)]\n",
+         {"step_tests", "step_hidden"}),
+        ("no rollback: the rejected drafts keep their slots",
+         "    freed = m.truncate(seq_id, len(tokens) + len(kept) - 1)   # the target's own last token has no K/V yet\n",
+         "    freed = []\n", {"step_tests", "step_hidden"}),
+    ],
 }
 # Submissions delivered through an LMS export (Canvas names), collected by `nbgrader zip_collect`.
 LMS_FILES = {   # file name: (student id, what it holds)

@@ -37,9 +37,9 @@ def nbgrader_cells(nb):
     return [c for c in nb.cells if "nbgrader" in c.metadata]
 
 
-def test_there_are_seven_assignments_in_order():
+def test_there_are_eight_assignments_in_order():
     assert NAMES == ["a1_decoding", "a2_kv_ledger", "a3_blocks", "a4_paged_kernel", "a5_copy_on_write",
-                     "a6_scheduling", "a7_prefix_caching"]
+                     "a6_scheduling", "a7_prefix_caching", "a8_speculative_decoding"]
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -267,6 +267,29 @@ def test_the_package_passes_the_prefix_caching_tests(capsys):
                                          "free_list": {"CachedFreeList": PackageFreeList}})
     assert "free_list_hidden" in ran
     assert capsys.readouterr().out.count("hidden cases of") == 3
+
+
+def package_truncate(table, num_tokens, allocator):
+    """Task 1 of a8_speculative_decoding answered by the package's own ``BlockSpaceManager.truncate``:
+    the assignment's table and pool handed to a manager as its one sequence."""
+    from paged_kv.blocks import BlockSpaceManager
+
+    m = BlockSpaceManager(allocator.num_blocks, table.block_size)
+    m.allocator = allocator
+    m._tables[0] = table                  # truncate changes the table in place, as the task asks
+    return m.truncate(0, num_tokens)
+
+
+def test_the_package_passes_the_speculation_tests(capsys):
+    """Tasks 1 and 2 answered by the package; Task 3's tests already run the solved step on the
+    package's manager with its ``accept_greedy`` and compare it with ``replay_speculation``."""
+    from paged_kv import spec_decode
+    ran = run_with("a8_speculative_decoding", {"truncate": {"truncate": package_truncate},
+                                               "accept": {"accept": spec_decode.accept_greedy}})
+    assert "step_hidden" in ran
+    out = capsys.readouterr().out
+    assert out.count("hidden cases of") == 3
+    assert "the same tokens as plain greedy: True" in out      # the last cell: the three pieces together
 
 
 def test_importing_the_graded_function_fails_the_task():
