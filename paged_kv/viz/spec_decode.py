@@ -53,6 +53,13 @@ QUEUE_SHOWN = 10                         # free-queue ids in the caption (the ta
 LEGEND_PX = 150                          # the offset axis's title and the key below the panels
 
 
+def _label_margin(panels) -> int:
+    """Pixels left of the slots for the longest block label (``"block 17 freed"``: about 7 px a
+    character at plotly's 12 px tick font, and the tick's own gap), so no label is cut."""
+    longest = max((len(label) for p in panels for label in p[3]), default=0)
+    return 16 + 7 * longest
+
+
 def _default_step(trace) -> int:
     """The first step whose rollback frees a block, else 0."""
     return next((s.index for s in trace.steps if s.freed_blocks), 0)
@@ -177,7 +184,7 @@ def rollback_figure(trace: SpeculationTrace, step: int | None = None, token_text
     top = 120 + 18 * head.count("<br>")
     fig.update_layout(title=dict(text=f"{head}{wrap_title(caption)}<br><sup>free queue after: {queue}</sup>",
                                  x=0.01, font=dict(size=14)),
-                      height=top + plot_px + LEGEND_PX, margin=dict(l=90, r=15, t=top, b=LEGEND_PX),
+                      height=top + plot_px + LEGEND_PX, margin=dict(l=_label_margin(panels), r=15, t=top, b=LEGEND_PX),
                       plot_bgcolor="white",          # the key below the offset axis's title, 3 lines on a phone
                       legend=dict(orientation="h", x=0, y=-50 / plot_px, yanchor="top"))
     return fig

@@ -253,3 +253,14 @@ def test_speedup_figure_refusals(kw, what):
 def test_speedup_figure_unknown_preset():
     with pytest.raises(UnknownPresetError):
         speedup_figure("Llama-3-8B", "H9000", ks=[2], alpha=0.7, batches=[1])
+
+
+def test_the_left_margin_fits_the_longest_block_label():
+    """A two-digit freed block ("block 17 freed", 14 characters) must fit left of the slots: at
+    least 6 px a character of plotly's 12 px tick font (a label of 14 was cut at a fixed 90 px)."""
+    prompt, target = list(range(5)) * 8, list(range(5)) * 4 + [9, 9, 9, 9]
+    trace = replay_speculation(prompt, target, NgramProposer(4, 2), block_size=2, num_blocks=40)
+    s = next(s for s in trace.steps if s.freed_blocks and max(s.freed_blocks) >= 10)
+    fig = rollback_figure(trace, step=s.index)
+    longest = max(len(t) for phase in PHASES for t in yticks(fig, phase))
+    assert longest >= len("block 10 freed") and fig.layout.margin.l >= 6 * longest + 10
