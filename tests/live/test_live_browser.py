@@ -385,6 +385,9 @@ def test_the_block_pools_controls_in_the_page(harness, browser):
     shown = page.evaluate(f"[...['#{fig_id}', '#{fig_id} .main-svg']]"
                           ".map(q => document.querySelector(q).getBoundingClientRect().height)")
     assert shown == [height, height]
+    # and the wrapper plotly's to_html puts around it (its style holds the first figure's height)
+    wrapper = page.evaluate(f"document.querySelector('#{fig_id}').parentElement.getBoundingClientRect().height")
+    assert wrapper == height
     # each step's marks were set once its figure was drawn, never over the figure before it
     assert page.evaluate("window.seenAtSteps") == [["1", before, before], ["2", before, before],
                                                    ["3", height, height]]

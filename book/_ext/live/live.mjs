@@ -50,8 +50,14 @@ async function draw(box, { reply, ms }) {
   const gd = figureOf(box);
   const { data, layout } = reply.figure;
   // the div takes the figure's own height: the page's keeps the first figure's (plotly's to_html
-  // writes it into the div's style), which clipped a taller figure
-  if (typeof layout.height === "number") gd.style.height = `${layout.height}px`;
+  // writes it into the style of the div or of a wrapper around it), which clipped a taller figure
+  if (typeof layout.height === "number") {
+    gd.style.height = `${layout.height}px`;
+    const wrapper = gd.parentElement;
+    if (wrapper && wrapper.style.height && !wrapper.classList.contains("paged-kv-live")) {
+      wrapper.style.height = `${layout.height}px`;
+    }
+  }
   // the text and the data-live-* marks change once the figure is drawn: a test (or a reader)
   // that sees the new step's marks sees the new step's figure
   await window.Plotly.react(gd, data, layout, { displaylogo: false, responsive: true });
