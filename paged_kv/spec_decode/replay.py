@@ -216,7 +216,7 @@ def _token_ids(name: str, ids) -> tuple[int, ...]:
 
 def replay_speculation(prompt_ids: Sequence[int], target_ids: Sequence[int], proposer, *, block_size: int,
                        num_blocks: int, max_steps: int | None = None,
-                       free_order: Sequence[int] | None = None) -> SpeculationTrace:
+                       free_order: Sequence[int] | None = None, draft_at_prefill: bool = False) -> SpeculationTrace:
     """Replay greedy speculative decoding of ``target_ids`` after ``prompt_ids`` through a block
     manager, step by step (see the module docstring for the four phases).
 
@@ -231,14 +231,19 @@ def replay_speculation(prompt_ids: Sequence[int], target_ids: Sequence[int], pro
         num_blocks: blocks in the pool; a full replay needs ``ceil((P + N - 1) / BS)``.
         max_steps: stop after this many target passes (default: until all N tokens are out).
         free_order: the pool's initial free-queue order (:class:`~paged_kv.blocks.BlockAllocator`).
+        draft_at_prefill: whether the first pass, the prompt's prefill, carries drafts too.  Off by
+            default, as the engine (:class:`~paged_kv.scheduling.Scheduler` drafts for decoding
+            sequences only) and vLLM v1 run it: the prefill samples one token, drafts start with
+            the second pass.  On, it replays :func:`~paged_kv.decoding.speculative_greedy`, the
+            no-cache loop whose every pass, the first included, runs the sequence and a draft.
 
     Returns:
         a :class:`SpeculationTrace`.
 
     Raises:
         PromptError: an empty prompt or target, or ids that are not ints >= 0.
-        ConfigError: a bad ``block_size``/``num_blocks``/``max_steps``/``free_order``; a proposer
-            without ``propose``, or one that returns more than ``limit`` tokens or non-int ids.
+        ConfigError: a bad ``block_size``/``num_blocks``/``max_steps``/``free_order``/``draft_at_prefill``;
+            a proposer without ``propose``, or one that returns more than ``limit`` tokens or non-int ids.
         BlockError: the pool cannot hold a pass's slots (the message names the step, the slots
             and the blocks needed and held).
     """
@@ -247,13 +252,15 @@ def replay_speculation(prompt_ids: Sequence[int], target_ids: Sequence[int], pro
     if not callable(getattr(proposer, "propose", None)):
         raise ConfigError(f"proposer must have a propose(token_ids, limit=...) method, got {proposer!r:.60}")
     max_steps = None if max_steps is None else count("max_steps", max_steps, 1)
+    if not isinstance(draft_at_prefill, bool):
+        raise ConfigError(f"draft_at_prefill must be True or False, got {draft_at_prefill!r}")
     manager = BlockSpaceManager(num_blocks, block_size, free_order=free_order)
     bs = manager.block_size
     seq, out, steps = list(prompt), [], []
     computed = 0                                      # tokens whose K/V is written (slots held)
     while len(out) < len(target) and (max_steps is None or len(steps) < max_steps):
         limit = len(target) - len(out) - 1
-        draft = list(proposer.propose(list(seq), limit=limit))
+        draft = list(proposer.propose(list(seq), limit=limit)) if computed or draft_at_prefill else []
         if len(draft) > limit or any(not isinstance(t, int) or isinstance(t, bool) for t in draft):
             raise ConfigError(f"the proposer returned {draft[:8]!r} for limit {limit}: at most {limit} int ids")
         fed = len(seq) - computed                     # the prompt at step 0, then the last emitted token

@@ -380,3 +380,18 @@ def test_a_recorded_step_says_it_verified_drafts():
     e.step()
     e.step()
     assert e.records[-1].text == "verify A: 3 drafts; 1 decode token"
+
+
+def test_the_engine_equals_the_replay_on_a_prompt_that_repeats_itself(tiny):
+    """A prompt whose own n-grams recur ("To be, or not to be"): the engine drafts nothing with the
+    prefill, as the replay's default, so their counts agree pass for pass."""
+    model, tok = tiny
+    prompt, params = "To be, or not to be", SamplingParams(max_tokens=48)
+    spec = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 2, "prompt_lookup_max": 2}
+    e = LLMEngine(model, EngineConfig(num_gpu_blocks=64, block_size=4, speculative_config=spec), tokenizer=tok)
+    out = e.generate(prompt, params)[0]
+    trace = replay_speculation(tok.encode(prompt), out.token_ids[0], NgramProposer(4, 2, 2), block_size=4,
+                               num_blocks=64)
+    assert trace.steps[0].drafted == ()
+    assert (e.stats.steps, e.stats.num_draft_tokens, e.stats.num_accepted_tokens) == \
+        (trace.passes, trace.drafted, trace.accepted)

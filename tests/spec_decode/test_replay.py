@@ -1,12 +1,19 @@
 """The replay of greedy speculation's KV side: equal to the model-run reference loop, a golden trace
 checked by hand, invariants over random sequences, and every refusal."""
 
+import functools
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from paged_kv.errors import BlockError, ConfigError, PromptError
-from paged_kv.spec_decode import NgramProposer, SlotState, replay_speculation
+from paged_kv.spec_decode import NgramProposer, SlotState
+from paged_kv.spec_decode import replay_speculation as replay_default
+
+# These cases draft at the first pass too (the no-cache loop's way), so that one pass shows every
+# phase from an empty table; the default (no drafts with the prefill) is checked on its own.
+replay_speculation = functools.partial(replay_default, draft_at_prefill=True)
 
 
 class Fixed:
@@ -168,3 +175,15 @@ class Greedy:
 
     def propose(self, tokens, limit):
         return [1, 1, 1]
+
+
+def test_by_default_the_prefill_carries_no_draft():
+    """As the engine and vLLM v1: the first pass runs the prompt alone and emits one token; the
+    proposer is first asked at the second pass, with the prompt and that token."""
+    proposer = Fixed([20, 99], [22])
+    trace = replay_default([10, 11, 12, 13, 14, 15], [20, 21, 22, 23], proposer, block_size=4, num_blocks=4)
+    first, second = trace.steps[:2]
+    assert first.drafted == () and first.emitted == (20,) and first.num_fed == 6
+    assert second.num_fed == 1 and second.drafted == (20, 99) and second.accepted == 0
+    with pytest.raises(ConfigError, match="draft_at_prefill must be True or False"):
+        replay_default([1], [2], proposer, block_size=4, num_blocks=4, draft_at_prefill=1)

@@ -2,6 +2,7 @@
 the freed block marked, acceptance rows against a recount from the steps, the speed-up lines
 against speedup() point by point, and every refusal."""
 
+import functools
 import random
 from collections import Counter
 
@@ -10,7 +11,12 @@ import pytest
 from paged_kv.errors import ConfigError, UnknownPresetError
 from paged_kv.memory import max_batch_size
 from paged_kv.memory.speculation import crossover_batch, speedup
-from paged_kv.spec_decode import PHASES, NgramProposer, replay_speculation
+from paged_kv.spec_decode import PHASES, NgramProposer
+from paged_kv.spec_decode import replay_speculation as replay_default
+
+# These cases draft at the first pass too (the no-cache loop's way), so that one pass shows every
+# phase from an empty table; the default (no drafts with the prefill) is checked on its own.
+replay_speculation = functools.partial(replay_default, draft_at_prefill=True)
 from paged_kv.viz.spec_decode import (FREED_DASH, STATE_COLORS, acceptance_figure, acceptance_rows,
                                       rollback_figure, speedup_figure)
 
