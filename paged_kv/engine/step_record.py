@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from ..blocks import Event, rename_sequences, snapshot
 from ..scheduling import Request, Scheduler, SchedulerOutput, Sequence
 
-__all__ = ["StepRecord", "describe", "seq_name", "step_record"]
+__all__ = ["StepRecord", "describe", "sample_name", "seq_name", "step_record"]
 
 
 @dataclass(frozen=True)
@@ -75,7 +75,14 @@ def step_record(scheduler: Scheduler, step: int, clock_s: float, text: str, hits
 
 def seq_name(request: Request, seq: Sequence) -> str:
     """A sequence's name in figures: ``"<request>"`` for sample 0, ``"<request>.<i>"`` for sample i."""
-    return str(request.request_id) if seq.index == 0 else f"{request.request_id}.{seq.index}"
+    return sample_name(request.request_id, seq.index)
+
+
+def sample_name(request_id, index: int) -> str:
+    """Sample ``index`` of request ``request_id`` by name, as figures and status lines write it:
+    ``"B"`` for sample 0 (the leader, which holds the prompt), ``"B.1"``, ``"B.2"``, ... for the
+    others, so the lines of an ``n = 2`` request read ``B`` and ``B.1`` as its pool does."""
+    return str(request_id) if index == 0 else f"{request_id}.{index}"
 
 
 def describe(out: SchedulerOutput, done: list[Request]) -> str:

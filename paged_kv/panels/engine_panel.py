@@ -35,6 +35,7 @@ from ..errors import ConfigError
 from ..validate import count, real
 from ..engine.config import EngineConfig
 from ..engine.llm_engine import LLMEngine
+from ..engine.step_record import sample_name
 from ..engine.timing_runner import SwapTime, TimingRunner
 from ..engine.token_source import RecordedTokens
 from ..model.tokenizer import ByteTokenizer
@@ -256,14 +257,17 @@ class EnginePanel(PanelModel):
                 f"tokens: the tiny model's greedy continuations recorded at build time")
 
     def output_lines(self, engine: LLMEngine, label=None) -> list[str]:
-        """One plain-text line per sample: request id (and ``label(output)``), text, finish reason."""
+        """One plain-text line per sample: the sample's name (the request id, ``"B.1"`` for sample 1
+        of ``B``, :func:`~paged_kv.engine.step_record.sample_name`, as the pool names it), and
+        ``label(output)``, text, finish reason."""
         lines = []
         for o in engine.outputs():
-            head = str(o.request_id) + ("" if label is None else f" ({label(o)})") + self.source_note(o)
-            for t, reason in zip(self.texts(o), o.finish_reason):
-                lines.append(f"{head}: {t!r}" + ("" if reason is None else f" [{reason}]"))
+            tail = ("" if label is None else f" ({label(o)})") + self.source_note(o)
+            for i, (t, reason) in enumerate(zip(self.texts(o), o.finish_reason)):
+                end = "" if reason is None else f" [{reason}]"
+                lines.append(f"{sample_name(o.request_id, i)}{tail}: {t!r}{end}")
             if o.error:
-                lines.append(f"{head}: {o.error}")
+                lines.append(f"{o.request_id}{tail}: {o.error}")
         return lines
 
 

@@ -24,6 +24,7 @@ import plotly.graph_objects as go
 import plotly.io as pio
 from IPython.display import HTML, Markdown, display
 
+from ..engine.step_record import sample_name
 from ..errors import PagedKVError
 from ..panels import registry, step
 from ..panels.page import live_enabled, placeholder
@@ -170,18 +171,19 @@ def status_html(note: str, texts: str) -> str:
 
 
 def outputs_html(outputs, label=None) -> str:
-    """The requests' streamed texts for a status line, one line per sample: the request id (with
+    """The requests' streamed texts for a status line, one line per sample: its name (the request id,
+    ``B.1`` for sample 1 of ``B``: :func:`~paged_kv.engine.step_record.sample_name`; with
     ``label(output)`` after it, if given), the text so far, and once the sample has ended its
     finish reason; a request that ended with ``"error"`` shows the error's text in red, since a
     failed step is otherwise silent in a panel.  Everything is escaped here."""
     lines = []
     for o in outputs:
-        head = f"<b>{html.escape(str(o.request_id), quote=False)}</b>"
-        if label is not None:
-            head += f" ({html.escape(label(o), quote=False)})"
-        for t, reason in zip(o.text or [], o.finish_reason):
+        tail = "" if label is None else f" ({html.escape(label(o), quote=False)})"
+        head = f"<b>{html.escape(str(o.request_id), quote=False)}</b>{tail}"
+        for i, (t, reason) in enumerate(zip(o.text or [], o.finish_reason)):
             end = "" if reason is None else f" <span style='color:#666'>[{html.escape(reason)}]</span>"
-            lines.append(f"{head}: {html.escape(repr(t), quote=False)}{end}")
+            name = f"<b>{html.escape(sample_name(o.request_id, i), quote=False)}</b>{tail}"
+            lines.append(f"{name}: {html.escape(repr(t), quote=False)}{end}")
         if o.error:
             lines.append(f"<span style='color:#c00'>{head}: {html.escape(o.error, quote=False)}</span>")
     return "<br>".join(lines)

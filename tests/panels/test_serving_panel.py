@@ -281,3 +281,20 @@ def test_the_ipywidgets_panels_without_a_model_run_the_browser_configuration():
         assert "timing model, no model runs" in status and panel.panel_model.timed
         o = panel.engine.output(name)
         assert bytes(o.token_ids[0]) == load_recordings()[o.prompt].encode()[:len(o.token_ids[0])] != b""
+
+
+def test_the_samples_of_a_request_are_named_as_the_pool_names_them(panel):
+    """``n = 2``: the status lines name the samples ``B`` and ``B.1``, the names of the sequences in
+    the pool's block tables, never ``B`` twice (ipywidgets' lines too)."""
+    from paged_kv.widgets.panel import outputs_html
+
+    s = run(panel, [{"op": "submit", "prompt": "abc", "max_tokens": 2},
+                    {"op": "submit", "prompt": DEFAULT_PROMPT, "max_tokens": 3, "n": 2},
+                    {"op": "step"}, {"op": "step"}, {"op": "step"}])
+    e = s.state.engine
+    tables = {name for r in e.records for name in r.pool.tables}
+    assert tables == {"A", "B", "B.1"}
+    heads = [line.split(":")[0].split(" ")[0] for line in s.status.splitlines() if line.startswith(("A", "B"))]
+    assert heads == ["A", "B", "B.1"]
+    html_heads = [line.split(":")[0] for line in outputs_html(e.outputs()).split("<br>")]
+    assert html_heads == ["<b>A</b>", "<b>B</b>", "<b>B.1</b>"]
