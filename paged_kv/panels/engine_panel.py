@@ -31,7 +31,7 @@ from typing import Any, Mapping
 
 from .. import memory
 from ..memory.decode_cost import IterationTime
-from ..errors import ConfigError
+from ..errors import ConfigError, PagedKVError
 from ..validate import count, real
 from ..engine.config import EngineConfig
 from ..engine.llm_engine import LLMEngine
@@ -141,6 +141,9 @@ class EnginePanel(PanelModel):
     title = ""
     OPS: dict[str, str] = {}
 
+    #: the most steps one "run until idle" runs (:data:`MAX_RUN_STEPS`; a test lowers it)
+    max_run_steps: int = MAX_RUN_STEPS
+
     def __init__(self, config: EngineConfig, model=None, tokenizer=None, timing: RooflineTiming | None = None,
                  recordings: Mapping[str, str] | None = None) -> None:
         if not isinstance(config, EngineConfig):
@@ -214,20 +217,37 @@ class EnginePanel(PanelModel):
     # --- what the ops share ---------------------------------------------------------------------
     @staticmethod
     def step_once(engine: LLMEngine, action=None) -> str:
-        """One engine step (an idle engine does nothing)."""
+        """One engine step.
+
+        Raises:
+            PagedKVError: no request is unfinished (an idle engine would do nothing, and a silent
+                click reads as a broken button)."""
+        if not engine.has_unfinished_requests():
+            raise PagedKVError("nothing to step: submit a request")
         engine.step()
         return ""
 
-    @staticmethod
-    def run_until_idle(engine: LLMEngine, action=None) -> str:
-        """Step until no request is unfinished (at most :data:`MAX_RUN_STEPS` steps, so a click
-        always returns), checking the scheduler's invariants after every step."""
-        for _ in range(MAX_RUN_STEPS):
+    def run_until_idle(self, engine: LLMEngine, action=None) -> str:
+        """Step until no request is unfinished, at most :attr:`max_run_steps` steps (so a click
+        always returns), checking the scheduler's invariants after every step; returns how many
+        steps ran and, when it stopped at the limit, that it did and how many requests are left.
+
+        Raises:
+            PagedKVError: no request is unfinished (nothing to run)."""
+        if not engine.has_unfinished_requests():
+            raise PagedKVError("nothing to run: submit a request")
+        limit = self.max_run_steps
+        for k in range(limit):
             if not engine.has_unfinished_requests():
-                break
+                return f"ran {k} step{'s' * (k != 1)}: every request has finished"
             engine.step()
             engine.scheduler.check()
-        return ""
+        sch = engine.scheduler
+        left = len(sch.waiting) + len(sch.running) + len(sch.swapped)
+        if not left:
+            return f"ran {limit} step{'s' * (limit != 1)}: every request has finished"
+        return (f"stopped after {limit} steps, the most one click runs: {left} request{'s' * (left != 1)} "
+                f"unfinished; run until idle again to go on")
 
     def texts(self, output) -> list[str]:
         """Per sample of ``output`` (a :class:`~paged_kv.engine.RequestOutput`), its text so far;

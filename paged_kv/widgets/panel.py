@@ -30,7 +30,7 @@ from ..panels import registry, step
 from ..panels.page import live_enabled, placeholder
 from ..viz import is_static_build
 
-__all__ = ["button_action", "error_note", "figure_widget_or_output", "guarded", "live_html", "run_until_idle",
+__all__ = ["button_action", "error_note", "figure_widget_or_output", "guarded", "live_html",
            "show_live", "status_html", "update_figure"]
 
 _log = logging.getLogger("paged_kv.widgets")
@@ -52,17 +52,6 @@ def figure_widget_or_output(fig, use_figure_widget: bool | None = None):
             if use_figure_widget:
                 raise
     return fig, w.Output()
-
-
-def run_until_idle(engine, max_steps: int = 500) -> None:
-    """A panel's "run until idle" button: step an ``LLMEngine`` until no request is unfinished
-    (at most ``max_steps`` steps, so a click always returns), checking the scheduler's invariants
-    after every step."""
-    for _ in range(max_steps):
-        if not engine.has_unfinished_requests():
-            break
-        engine.step()
-        engine.scheduler.check()
 
 
 def update_figure(fig, out, refresh, build) -> None:
