@@ -30,7 +30,7 @@ from plotly.subplots import make_subplots
 
 from .controls import add_replay_controls, frame_steps, trace_indices
 from .labels import visible_token
-from .palette import COLORS, FREE_COLOR, discrete_scale, tint
+from .palette import COLORS, FREE_COLOR, discrete_scale, seq_color, tint
 
 # Subplot titles of blocks_figure: two short lines each, anchored at the left edge of their own
 # panel, so they cannot run into each other however narrow the page is.
@@ -60,7 +60,7 @@ TITLE_LINE_PX = 18
 
 def seq_order(snapshots: Sequence) -> list:
     """Sequence ids in order of first appearance: sequence ``k`` is drawn in
-    ``COLORS[k % len(COLORS)]``."""
+    ``seq_color(k)``."""
     order: list = []
     for snap in snapshots:
         for s in snap.tables:
@@ -73,7 +73,7 @@ def _colorscale(num_seqs: int) -> tuple[list, int]:
     """A discrete colorscale: z = 0 free; 1 + 2k filled slot of seq k; 2 + 2k allocated, empty slot."""
     colors = [FREE_COLOR]
     for k in range(num_seqs):
-        colors += [COLORS[k % len(COLORS)], tint(COLORS[k % len(COLORS)], EMPTY_TINT)]
+        colors += [seq_color(k), tint(seq_color(k), EMPTY_TINT)]
     return discrete_scale(colors), len(colors)
 
 

@@ -24,7 +24,7 @@ from ..errors import ConfigError
 from ..validate import count
 from .controls import add_replay_controls, frame_steps, trace_indices
 from .labels import visible_token, wrap_title
-from .palette import COLORS, FREE_COLOR, discrete_scale, tint
+from .palette import FREE_COLOR, discrete_scale, seq_color, tint
 
 __all__ = ["CACHED_FREE_COLOR", "SHARED_EDGE_COLOR", "hit_rate_figure", "pool_states", "prefix_pool_figure", "radix_tree",
            "radix_vs_blocks_figure", "refresh_prefix_pool_figure"]
@@ -71,13 +71,13 @@ def _traces(rec, order: Sequence[str]) -> list:
     hover = [[""] * PER_ROW for _ in range(rows)]
     for b, (state, owner, refs, cached) in enumerate(states):
         x, y = _xy(b)
-        z[y][x] = {"free": 0, "cached-free": 1}.get(state, 2 + index.get(owner, 0) % len(COLORS))
+        z[y][x] = {"free": 0, "cached-free": 1}.get(state, 2 + index.get(owner, 0))
         text[y][x] = f"{b}" if state != "used" else f"<b>{b}</b><br>{owner}" + (f" ×{refs}" if refs > 1 else "")
         what = {"free": "free (ref count 0, caches nothing)",
                 "cached-free": "cached-free: ref count 0, its K/V still found by hash (evicted LRU)"}.get(
             state, f"held by {owner}, ref count {refs}" + (", caches a prefix" if cached else ""))
         hover[y][x] = f"block {b}: {what}"
-    colors = [FREE_COLOR, CACHED_FREE_COLOR] + list(COLORS)
+    colors = [FREE_COLOR, CACHED_FREE_COLOR] + [seq_color(k) for k in range(max(len(order), 1))]
     pool = go.Heatmap(z=z, text=text, customdata=hover, hovertemplate="%{customdata}<extra></extra>",
                       texttemplate="%{text}", textfont=dict(size=11), name="pool", showscale=False,
                       colorscale=discrete_scale(colors), zmin=-0.5, zmax=len(colors) - 0.5, xgap=3, ygap=3)
@@ -203,7 +203,7 @@ def radix_vs_blocks_figure(prompts: Sequence[str], block_size: int, title: str =
             full = len(chunk) == block_size
             key = p[:(j + 1) * block_size]
             k = owner.setdefault(key, i) if full else None
-            color = COLORS[k % len(COLORS)] if full else "white"
+            color = seq_color(k) if full else "white"
             if full and k != i:
                 color = tint(color, 0.35)
             fig.add_shape(type="rect", x0=j * block_size, x1=(j + 1) * block_size - 0.15, y0=i - 0.4, y1=i + 0.4,
@@ -229,7 +229,7 @@ def radix_vs_blocks_figure(prompts: Sequence[str], block_size: int, title: str =
         y = ypos[e]
         (only,) = through[e] if len(through[e]) == 1 else (None,)
         fig.add_shape(type="rect", x0=start, x1=start + len(label) - 0.15, y0=y - 0.35, y1=y + 0.35,
-                      fillcolor=SHARED_EDGE_COLOR if only is None else tint(COLORS[only % len(COLORS)], 0.55),
+                      fillcolor=SHARED_EDGE_COLOR if only is None else tint(seq_color(only), 0.55),
                       line=dict(color="#333", width=1), row=2, col=1)
         fig.add_annotation(x=start + len(label) / 2, y=y, text=visible_token(label), showarrow=False,
                            font=dict(size=10, family="monospace"), row=2, col=1)
@@ -275,7 +275,7 @@ def hit_rate_figure(pool_sizes: Sequence, series: Mapping[str, Sequence[float]],
         fig.add_trace(go.Scatter(x=positions, y=[list(ys)[i] for i in order], name=name, mode="lines+markers",
                                  customdata=[f"{p:,}" for p in pool_sizes],
                                  hovertemplate=f"{name}<br>%{{customdata}} blocks: hit rate %{{y:.0%}}<extra></extra>",
-                                 line=dict(color=COLORS[k % len(COLORS)])))
+                                 line=dict(color=seq_color(k))))
     fig.update_xaxes(tickvals=positions, ticktext=[f"{p:,}" for p in pool_sizes], range=[-0.3, len(pool_sizes) - 0.7],
                      title=f"{xaxis}, evenly spaced, not to scale")
     fig.update_yaxes(range=[0, 1], title=yaxis)

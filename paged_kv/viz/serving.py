@@ -23,7 +23,7 @@ from plotly.subplots import make_subplots
 from .blocks import block_traces, seq_order
 from .controls import add_replay_controls, frame_steps, trace_indices
 from .labels import log_ticks, wrap_title
-from .palette import COLORS, FREE_COLOR, discrete_scale
+from .palette import FREE_COLOR, discrete_scale, seq_color
 
 LANES = ("waiting", "running", "swapped")
 TRACE_NAMES = ("queues", "pool", "block labels", "cpu pool")
@@ -63,7 +63,7 @@ def _lane_trace(rec, order: Sequence) -> go.Scatter:
             ys.append(lane)
             texts.append(f"<b>{rid}</b> {gen}/{max_tokens}")
             k = index.get(rid)
-            colors.append(COLORS[k % len(COLORS)] if k is not None else FREE_COLOR)
+            colors.append(seq_color(k) if k is not None else FREE_COLOR)
             phase = (f"prompt {computed}/{prompt} computed" if computed < prompt else
                      f"generated {gen} of {max_tokens}")
             hovers.append(f"request {rid}: {lane}<br>{phase}")
@@ -102,7 +102,7 @@ def _cpu_trace(rec, order: Sequence) -> go.Heatmap:
         z[y][x] = 1 + index[h[0][0]]
         hover[y][x] = f"CPU block {b}, ref count {len(h)}<br>holds the K/V of {who}"
         text[y][x] = f"<b>{b}</b> ×{len(h)}<br>{names}"
-    colors = [FREE_COLOR] + [COLORS[k % len(COLORS)] for k in range(len(order))]
+    colors = [FREE_COLOR] + [seq_color(k) for k in range(len(order))]
     return go.Heatmap(z=z, text=text, customdata=hover, hovertemplate="%{customdata}<extra></extra>",
                       texttemplate="%{text}", textfont=dict(size=CPU_TEXT_SIZE), name="cpu pool", showscale=False,
                       hoverongaps=False,
@@ -204,7 +204,7 @@ def latency_figure(curves: Mapping[str, tuple[Sequence[float], Sequence[float]]]
     fig = go.Figure()
     for k, (name, (x, y)) in enumerate(curves.items()):
         fig.add_trace(go.Scatter(x=list(x), y=list(y), name=name, mode="lines+markers",
-                                 line=dict(color=COLORS[k % len(COLORS)])))
+                                 line=dict(color=seq_color(k))))
     if threshold is not None:
         fig.add_hline(y=threshold, line=dict(dash="dot", color="#777"),
                       annotation_text=threshold_text or f"{threshold} s/token", annotation_position="top left")
@@ -227,7 +227,7 @@ def swap_figure(block_sizes: Sequence[int], series: Mapping[str, Sequence[float]
     fig = go.Figure()
     for k, (name, ys) in enumerate(series.items()):
         fig.add_trace(go.Scatter(x=list(block_sizes), y=list(ys), name=name, mode="lines+markers",
-                                 line=dict(color=COLORS[k % len(COLORS)])))
+                                 line=dict(color=seq_color(k))))
     fig.update_xaxes(type="log", tickvals=list(block_sizes), ticktext=[str(b) for b in block_sizes],
                      title="block size (tokens)")
     head = wrap_title(title)
