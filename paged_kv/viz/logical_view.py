@@ -59,7 +59,9 @@ def logical_view_parts(snap, order: Sequence) -> dict:
         labels.append((col["logical"] + bs / 2 - 0.5, y - 0.2, f"<b>request {s}</b>: logical blocks"))
         y += 0.5
         for logical, physical, filled in snap.tables[s]:
-            words = snap.blocks[physical].labels if snap.blocks[physical].owner == s else ()
+            # a shared block holds the same tokens for every table that holds it (a fork shares the
+            # prompt's blocks; a write copies first), so each sharer's row shows them, not only the owner's
+            words = snap.blocks[physical].labels[:filled]
             for o in range(bs):
                 text = visible_token(words[o]) if o < len(words) else ""
                 cells.append((col["logical"] + o, y, colour if o < filled else tint(colour, EMPTY_TINT), text))
