@@ -3,7 +3,9 @@ evictions step by step; radix tree against hashed blocks; hit rate against pool 
 
 :func:`prefix_pool_figure` draws an engine's :class:`~paged_kv.engine.StepRecord` list (recorded
 with ``enable_prefix_caching``): one square per physical block, coloured by the request holding it,
-**grey** when free, **sand** when *cached-free* (ref count 0 but its K/V still findable by hash);
+**grey** when free, **sand** when *cached-free* (ref count 0 but its K/V still findable by hash),
+in a mid tint of its request's colour while *reserved* (some of its tokens not run yet, their K/V
+not computed: a prompt's later chunks under chunked prefill);
 a dot marks a block that caches a prefix, a gold star a block handed out as a hit in this step,
 a red cross a block whose entry was evicted (least recently used first) to be reused.
 :func:`refresh_prefix_pool_figure` redraws the last step in place (the live panel).
@@ -22,6 +24,7 @@ from plotly.subplots import make_subplots
 
 from ..errors import ConfigError
 from ..validate import count
+from .blocks import RESERVED_TINT, reserved_tokens
 from .controls import add_replay_controls, frame_steps, trace_indices
 from .labels import visible_token, wrap_title
 from .palette import FREE_COLOR, discrete_scale, seq_color, tint
@@ -69,15 +72,23 @@ def _traces(rec, order: Sequence[str]) -> list:
     z = [[None] * PER_ROW for _ in range(rows)]
     text = [[""] * PER_ROW for _ in range(rows)]
     hover = [[""] * PER_ROW for _ in range(rows)]
+    n = max(len(order), 1)
+    done = rec.computed_tokens() if rec.computed else {}
     for b, (state, owner, refs, cached) in enumerate(states):
         x, y = _xy(b)
-        z[y][x] = {"free": 0, "cached-free": 1}.get(state, 2 + index.get(owner, 0))
+        blk = rec.pool.blocks[b]
+        pending = reserved_tokens(blk, done, rec.pool.block_size)
+        z[y][x] = {"free": 0, "cached-free": 1}.get(state, 2 + index.get(owner, 0) + n * (pending > 0))
         text[y][x] = f"{b}" if state != "used" else f"<b>{b}</b><br>{owner}" + (f" ×{refs}" if refs > 1 else "")
         what = {"free": "free (ref count 0, caches nothing)",
                 "cached-free": "cached-free: ref count 0, its K/V still found by hash (evicted LRU)"}.get(
             state, f"held by {owner}, ref count {refs}" + (", caches a prefix" if cached else ""))
+        if pending:
+            what += f"; reserved: {pending} of its {blk.filled} tokens not run yet, their K/V not computed"
         hover[y][x] = f"block {b}: {what}"
-    colors = [FREE_COLOR, CACHED_FREE_COLOR] + [seq_color(k) for k in range(max(len(order), 1))]
+    # z: 0 free, 1 cached-free, 2 + k held by owner k, 2 + n + k held by k and reserved (mid tint)
+    colors = ([FREE_COLOR, CACHED_FREE_COLOR] + [seq_color(k) for k in range(n)]
+              + [tint(seq_color(k), RESERVED_TINT) for k in range(n)])
     pool = go.Heatmap(z=z, text=text, customdata=hover, hovertemplate="%{customdata}<extra></extra>",
                       texttemplate="%{text}", textfont=dict(size=11), name="pool", showscale=False,
                       colorscale=discrete_scale(colors), zmin=-0.5, zmax=len(colors) - 0.5, xgap=3, ygap=3)
@@ -100,8 +111,11 @@ def _traces(rec, order: Sequence[str]) -> list:
 def _caption(rec) -> str:
     states = pool_states(rec)
     n = {s: sum(1 for x in states if x[0] == s) for s in ("used", "cached-free", "free")}
+    done = rec.computed_tokens() if rec.computed else {}
+    pending = sum(reserved_tokens(b, done, rec.pool.block_size) > 0 for b in rec.pool.blocks)
     text = "<br>".join(textwrap.wrap(f"step {rec.step}: {rec.text}", 60))
-    return (f"{text}<br><sup>{n['used']} used, {n['cached-free']} cached-free, {n['free']} free; "
+    used = f"{n['used']} used" + (f" ({pending} reserved: tokens not run yet)" if pending else "")
+    return (f"{text}<br><sup>{used}, {n['cached-free']} cached-free, {n['free']} free; "
             f"{len(rec.hits)} hit blocks, {len(rec.evicted)} evicted in this step</sup>")
 
 
