@@ -29,7 +29,7 @@ from .controls import add_replay_controls, frame_steps, trace_indices
 from .labels import visible_token, wrap_title
 from .palette import FREE_COLOR, discrete_scale, seq_color, tint
 
-__all__ = ["CACHED_FREE_COLOR", "SHARED_EDGE_COLOR", "hit_rate_figure", "pool_states", "prefix_pool_figure", "radix_tree",
+__all__ = ["CACHED_FREE_COLOR", "MARKER_KEY", "SHARED_EDGE_COLOR", "hit_rate_figure", "pool_states", "prefix_pool_figure", "radix_tree",
            "radix_vs_blocks_figure", "refresh_prefix_pool_figure"]
 
 CACHED_FREE_COLOR = "#E9D8A6"    # sand: free by ref count, but its K/V is still cached
@@ -38,6 +38,10 @@ SHARED_EDGE_COLOR = "#CFCFCF"    # a radix-tree edge on the path of several prom
 PER_ROW = 8                      # blocks per row of the pool grid (a used block's label takes two
                                  # short lines, id over holder, so eight fit a 360-px phone)
 TRACE_NAMES = ("pool", "cached", "hits", "evicted")
+#: the figure's key, under each step's caption: the markers in their own colours, then the fills
+MARKER_KEY = (f"● caches a prefix, <span style='color:{HIT_COLOR}'>★</span> hit in this step, "
+              f"<span style='color:{EVICT_COLOR}'>✕1</span> evicted (LRU order)<br>"
+              "grey: free, sand: cached-free, mid tint: reserved")
 
 
 def pool_states(rec) -> list[tuple]:
@@ -116,7 +120,7 @@ def _caption(rec) -> str:
     text = "<br>".join(textwrap.wrap(f"step {rec.step}: {rec.text}", 60))
     used = f"{n['used']} used" + (f" ({pending} reserved: tokens not run yet)" if pending else "")
     return (f"{text}<br><sup>{used}, {n['cached-free']} cached-free, {n['free']} free; "
-            f"{len(rec.hits)} hit blocks, {len(rec.evicted)} evicted in this step</sup>")
+            f"{len(rec.hits)} hit blocks, {len(rec.evicted)} evicted in this step<br>{MARKER_KEY}</sup>")
 
 
 def prefix_pool_figure(records: Sequence, title: str = "", active: int | None = None,
@@ -141,7 +145,7 @@ def prefix_pool_figure(records: Sequence, title: str = "", active: int | None = 
     fig.update_yaxes(visible=False, autorange="reversed")
     head = f"{wrap_title(title)}<br>" if title else ""
     fig.update_layout(title=dict(text=head + _caption(rec), x=0.01, font=dict(size=13)),
-                      height=250 + 70 * rows, margin=dict(l=10, r=10, t=120, b=80),
+                      height=280 + 70 * rows, margin=dict(l=10, r=10, t=150, b=80),
                       plot_bgcolor="white", showlegend=False)
     if replay and len(records) > 1:
         idx = trace_indices(fig, TRACE_NAMES)

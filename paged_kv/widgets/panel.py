@@ -66,15 +66,22 @@ def update_figure(fig, out, refresh, build) -> None:
             display(build())
 
 
-def show_live(panel, what: str = "This panel",
-              replay: str = "the figure below is its static replay", live: str | None = None,
+#: what the static book's note says of the figure under a panel without ``live``: a recorded run
+REPLAY_NOTE = "the figure below is its static replay"
+#: ... and with ``live``: the figure under "Run live" is the panel model's first state, no replay
+START_NOTE = "until you click, the figure below is the panel's starting state, drawn when the book was built"
+
+
+def show_live(panel, what: str = "This panel", replay: str | None = None, live: str | None = None,
               live_args: Mapping[str, Any] | None = None) -> bool:
     """Display a live ipywidgets panel when a reader's kernel runs; returns whether it did.
 
     ``panel`` is the widget, or better a zero-argument function that builds it: in the static
     book the function is never called, so no widget (and no copy of plotly.js that a
     ``FigureWidget`` would store in the notebook) ends up in the page.  There a short note says
-    where the live version runs instead, and ``replay`` where the page shows a recorded run.
+    where the live version runs instead, and ``replay`` where the page shows a recorded run
+    (default: :data:`REPLAY_NOTE`, the figure below; with ``live``, :data:`START_NOTE`, since the
+    figure below is then the panel's starting state, not a replay).
     With ``live`` (a :mod:`paged_kv.panels.registry` name) the static page also gets the browser
     edition's "Run live" placeholder and the panel model's first figure, which the page redraws
     in place once the reader clicks (:func:`live_html`); ``live_args`` are the panel model's
@@ -84,6 +91,8 @@ def show_live(panel, what: str = "This panel",
     Raises:
         ConfigError: ``live`` is not a registry name, or ``live_args`` is not JSON-able.
     """
+    if replay is None:
+        replay = START_NOTE if live is not None else REPLAY_NOTE
     if is_static_build():
         here = " or right here (\"Run live\" below)" if live is not None and live_enabled() else ""
         display(Markdown(f"*{what} is live when you run this chapter in Jupyter or Colab "
