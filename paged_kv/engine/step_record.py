@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from ..blocks import Event, rename_sequences, snapshot
 from ..scheduling import Request, Scheduler, SchedulerOutput, Sequence
 
-__all__ = ["StepRecord", "describe", "seq_name", "step_record"]
+__all__ = ["StepRecord", "describe", "sample_name", "seq_name", "step_record"]
 
 
 @dataclass(frozen=True)
@@ -35,6 +35,11 @@ class StepRecord:
             cached-free one when the pool shows it free); empty with caching off.
         hits: blocks handed out as prefix-cache hits in this step; evicted: blocks whose entry
             was evicted in this step, in LRU order.
+        computed: per sequence in the GPU pool, ``(name, tokens whose K/V is in the cache)``
+            (``Sequence.num_computed``): the pool's slots past it are *reserved*, taken for tokens
+            the engine has not run yet (a prompt's later chunks under chunked prefill, a
+            recomputed request's tokens before its prefill), not holding K/V.  Empty: unknown
+            (a record made before the field), every stored token drawn as computed.
     """
 
     step: int
@@ -49,6 +54,11 @@ class StepRecord:
     hits: tuple = ()
     evicted: tuple = ()
     cpu_holders: tuple = ()
+    computed: tuple = ()
+
+    def computed_tokens(self) -> dict:
+        """``{sequence name: tokens with K/V}`` of :attr:`computed`."""
+        return dict(self.computed)
 
 
 def step_record(scheduler: Scheduler, step: int, clock_s: float, text: str, hits=(), evicted=()) -> StepRecord:
@@ -66,16 +76,27 @@ def step_record(scheduler: Scheduler, step: int, clock_s: float, text: str, hits
             holders[b].append((names.get(sid, str(sid)), logical))
     cpu = [h[0][0] if h else None for h in holders]
 
+    gpu = set(sch.manager.seq_ids)
+    computed = tuple((names[s.seq_id], s.num_computed) for r in sch.requests.values() for s in r.seqs
+                     if s.seq_id in gpu)
+
     def rows(queue):
         return tuple((str(r.request_id), max(s.num_generated for s in r.seqs), r.max_tokens,
                       min(r.leader.num_computed, r.prompt_len), r.prompt_len) for r in queue)
     return StepRecord(step, clock_s, pool, tuple(cpu), rows(sch.waiting), rows(sch.running), rows(sch.swapped),
-                      text, cached, tuple(hits), tuple(evicted), tuple(tuple(h) for h in holders))
+                      text, cached, tuple(hits), tuple(evicted), tuple(tuple(h) for h in holders), computed)
 
 
 def seq_name(request: Request, seq: Sequence) -> str:
     """A sequence's name in figures: ``"<request>"`` for sample 0, ``"<request>.<i>"`` for sample i."""
-    return str(request.request_id) if seq.index == 0 else f"{request.request_id}.{seq.index}"
+    return sample_name(request.request_id, seq.index)
+
+
+def sample_name(request_id, index: int) -> str:
+    """Sample ``index`` of request ``request_id`` by name, as figures and status lines write it:
+    ``"B"`` for sample 0 (the leader, which holds the prompt), ``"B.1"``, ``"B.2"``, ... for the
+    others, so the lines of an ``n = 2`` request read ``B`` and ``B.1`` as its pool does."""
+    return str(request_id) if index == 0 else f"{request_id}.{index}"
 
 
 def describe(out: SchedulerOutput, done: list[Request]) -> str:

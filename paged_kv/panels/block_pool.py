@@ -99,7 +99,9 @@ class BlockPoolPanel(PanelModel):
         recordings: (Python only, without a model) ``{prompt: continuation}`` to replay instead of
             :func:`~paged_kv.panels.continuations.load_recordings`.
         start: actions applied to make the initial state (JSON-able), so a page's first figure
-            shows requests in the pool rather than an empty one (chapter 5 passes two).
+            could show requests in the pool rather than an empty one.  The chapters pass none: the
+            figure under "Run live" is the state the Jupyter panel (:func:`~paged_kv.widgets.block_panel`,
+            which takes no ``start``) opens with, an empty pool of the same size.
 
     Raises:
         ConfigError: a bad pool size, ``length`` or ``prompt``, ``sharing`` not a bool, an unknown

@@ -31,10 +31,11 @@ from typing import Any, Mapping
 
 from .. import memory
 from ..memory.decode_cost import IterationTime
-from ..errors import ConfigError
+from ..errors import ConfigError, PagedKVError
 from ..validate import count, real
 from ..engine.config import EngineConfig
 from ..engine.llm_engine import LLMEngine
+from ..engine.step_record import sample_name
 from ..engine.timing_runner import SwapTime, TimingRunner
 from ..engine.token_source import RecordedTokens
 from ..model.tokenizer import ByteTokenizer
@@ -140,6 +141,9 @@ class EnginePanel(PanelModel):
     title = ""
     OPS: dict[str, str] = {}
 
+    #: the most steps one "run until idle" runs (:data:`MAX_RUN_STEPS`; a test lowers it)
+    max_run_steps: int = MAX_RUN_STEPS
+
     def __init__(self, config: EngineConfig, model=None, tokenizer=None, timing: RooflineTiming | None = None,
                  recordings: Mapping[str, str] | None = None) -> None:
         if not isinstance(config, EngineConfig):
@@ -213,20 +217,37 @@ class EnginePanel(PanelModel):
     # --- what the ops share ---------------------------------------------------------------------
     @staticmethod
     def step_once(engine: LLMEngine, action=None) -> str:
-        """One engine step (an idle engine does nothing)."""
+        """One engine step.
+
+        Raises:
+            PagedKVError: no request is unfinished (an idle engine would do nothing, and a silent
+                click reads as a broken button)."""
+        if not engine.has_unfinished_requests():
+            raise PagedKVError("nothing to step: submit a request")
         engine.step()
         return ""
 
-    @staticmethod
-    def run_until_idle(engine: LLMEngine, action=None) -> str:
-        """Step until no request is unfinished (at most :data:`MAX_RUN_STEPS` steps, so a click
-        always returns), checking the scheduler's invariants after every step."""
-        for _ in range(MAX_RUN_STEPS):
+    def run_until_idle(self, engine: LLMEngine, action=None) -> str:
+        """Step until no request is unfinished, at most :attr:`max_run_steps` steps (so a click
+        always returns), checking the scheduler's invariants after every step; returns how many
+        steps ran and, when it stopped at the limit, that it did and how many requests are left.
+
+        Raises:
+            PagedKVError: no request is unfinished (nothing to run)."""
+        if not engine.has_unfinished_requests():
+            raise PagedKVError("nothing to run: submit a request")
+        limit = self.max_run_steps
+        for k in range(limit):
             if not engine.has_unfinished_requests():
-                break
+                return f"ran {k} step{'s' * (k != 1)}: every request has finished"
             engine.step()
             engine.scheduler.check()
-        return ""
+        sch = engine.scheduler
+        left = len(sch.waiting) + len(sch.running) + len(sch.swapped)
+        if not left:
+            return f"ran {limit} step{'s' * (limit != 1)}: every request has finished"
+        return (f"stopped after {limit} steps, the most one click runs: {left} request{'s' * (left != 1)} "
+                f"unfinished; run until idle again to go on")
 
     def texts(self, output) -> list[str]:
         """Per sample of ``output`` (a :class:`~paged_kv.engine.RequestOutput`), its text so far;
@@ -256,14 +277,17 @@ class EnginePanel(PanelModel):
                 f"tokens: the tiny model's greedy continuations recorded at build time")
 
     def output_lines(self, engine: LLMEngine, label=None) -> list[str]:
-        """One plain-text line per sample: request id (and ``label(output)``), text, finish reason."""
+        """One plain-text line per sample: the sample's name (the request id, ``"B.1"`` for sample 1
+        of ``B``, :func:`~paged_kv.engine.step_record.sample_name`, as the pool names it), and
+        ``label(output)``, text, finish reason."""
         lines = []
         for o in engine.outputs():
-            head = str(o.request_id) + ("" if label is None else f" ({label(o)})") + self.source_note(o)
-            for t, reason in zip(self.texts(o), o.finish_reason):
-                lines.append(f"{head}: {t!r}" + ("" if reason is None else f" [{reason}]"))
+            tail = ("" if label is None else f" ({label(o)})") + self.source_note(o)
+            for i, (t, reason) in enumerate(zip(self.texts(o), o.finish_reason)):
+                end = "" if reason is None else f" [{reason}]"
+                lines.append(f"{sample_name(o.request_id, i)}{tail}: {t!r}{end}")
             if o.error:
-                lines.append(f"{head}: {o.error}")
+                lines.append(f"{o.request_id}{tail}: {o.error}")
         return lines
 
 

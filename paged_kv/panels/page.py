@@ -31,8 +31,9 @@ __all__ = ["LIVE_BADGE", "LIVE_ENV", "OFF_MESSAGE", "STATIC_BADGE", "badge", "li
 
 LIVE_ENV = "PAGED_KV_LIVE"
 OFF_MESSAGE = "Live mode is not in this build"
-#: the badge over a panel's figure: the build's replay, or the panel running in the reader's browser
-STATIC_BADGE = "static replay (built with the book)"
+#: the badge over a panel's figure: the panel model's starting state as the build drew it (no
+#: replay: a chapter's recorded runs are figures of their own), or the panel running in the browser
+STATIC_BADGE = "static: the starting state, built with the book"
 LIVE_BADGE = "live: running in your browser"
 
 

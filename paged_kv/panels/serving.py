@@ -112,7 +112,12 @@ class ServingPanel(EnginePanel):
         name = action.get("request")
         if name is None or name == "":
             raise PagedKVError("no request to abort")
-        engine.abort_request(request_id(engine, name))
+        rid = request_id(engine, name)
+        done = engine.output(rid)
+        if done.finished:          # the engine changes nothing; say so rather than "aborted" again
+            reasons = ", ".join(dict.fromkeys(r for r in done.finish_reason if r))
+            raise PagedKVError(f"request {name} has already finished ({reasons}): nothing to abort")
+        engine.abort_request(rid)
         return f"request {name} aborted: its blocks are free"
 
     # --- drawing --------------------------------------------------------------------------------

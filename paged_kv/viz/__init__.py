@@ -34,10 +34,10 @@ from plotly.io.base_renderers import MimetypeRenderer
 
 from .controls import add_replay_controls, layout_path, trace_indices
 from .labels import log_ticks, wrap_title
-from .palette import COLORS, FREE_COLOR, discrete_scale, tint
+from .palette import COLORS, FREE_COLOR, discrete_scale, seq_color, tint
 
 __all__ = ["BOOK_ENV", "BookRenderer", "TEMPLATE", "COLORS", "FREE_COLOR", "add_replay_controls", "discrete_scale",
-           "in_colab", "is_static_build", "layout_path", "line_figure", "setup_plotly", "tint", "trace_indices"]
+           "in_colab", "is_static_build", "layout_path", "line_figure", "seq_color", "setup_plotly", "tint", "trace_indices"]
 
 BOOK_ENV = "PAGED_KV_BOOK"
 #: the plotly template of every figure in the book (set by :func:`setup_plotly`; the panel models
@@ -82,7 +82,7 @@ def line_figure(x, series: dict, title: str, xaxis: str, yaxis: str, log_y: bool
     fig = go.Figure()
     for i, (label, y) in enumerate(series.items()):
         fig.add_trace(go.Scatter(x=list(x), y=list(y), mode="lines+markers", name=label,
-                                 line=dict(color=COLORS[i % len(COLORS)]), marker=dict(size=4)))
+                                 line=dict(color=seq_color(i)), marker=dict(size=4)))
     head = wrap_title(title)
     extra = 18 * head.count("<br>")
     fig.update_layout(title=head, xaxis_title=xaxis, yaxis_title=yaxis, height=380 + extra,

@@ -23,14 +23,14 @@ from __future__ import annotations
 
 import math
 import textwrap
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from .controls import add_replay_controls, frame_steps, trace_indices
 from .labels import visible_token
-from .palette import COLORS, FREE_COLOR, discrete_scale, tint
+from .palette import COLORS, FREE_COLOR, discrete_scale, seq_color, tint
 
 # Subplot titles of blocks_figure: two short lines each, anchored at the left edge of their own
 # panel, so they cannot run into each other however narrow the page is.
@@ -44,6 +44,8 @@ MAX_ROWS = 24   # blocks per column of the pool grid before it wraps into anothe
 
 
 EMPTY_TINT = 0.72  # share of white in the pale tint of an allocated, still empty slot
+RESERVED_TINT = 0.42  # share of white in the mid tint of a reserved slot: its token is known, its K/V
+                      # not computed yet (the serving engine's chunked prefill, block_traces' computed)
 
 LABEL_GAP = 0.55   # a block's label is anchored this many cells left of its first slot's centre
 
@@ -60,7 +62,7 @@ TITLE_LINE_PX = 18
 
 def seq_order(snapshots: Sequence) -> list:
     """Sequence ids in order of first appearance: sequence ``k`` is drawn in
-    ``COLORS[k % len(COLORS)]``."""
+    ``seq_color(k)``."""
     order: list = []
     for snap in snapshots:
         for s in snap.tables:
@@ -69,11 +71,15 @@ def seq_order(snapshots: Sequence) -> list:
     return order
 
 
-def _colorscale(num_seqs: int) -> tuple[list, int]:
-    """A discrete colorscale: z = 0 free; 1 + 2k filled slot of seq k; 2 + 2k allocated, empty slot."""
+def _colorscale(num_seqs: int, reserved: bool = False) -> tuple[list, int]:
+    """A discrete colorscale: z = 0 free; 1 + 2k filled slot of seq k; 2 + 2k allocated, empty slot;
+    with ``reserved``, also 1 + 2n + k (n sequences) a reserved slot of seq k (after the others, so
+    a figure without reserved slots keeps its values)."""
     colors = [FREE_COLOR]
     for k in range(num_seqs):
-        colors += [COLORS[k % len(COLORS)], tint(COLORS[k % len(COLORS)], EMPTY_TINT)]
+        colors += [seq_color(k), tint(seq_color(k), EMPTY_TINT)]
+    if reserved:
+        colors += [tint(seq_color(k), RESERVED_TINT) for k in range(num_seqs)]
     return discrete_scale(colors), len(colors)
 
 
@@ -129,19 +135,35 @@ def _token_range(logical: int, filled: int, block_size: int) -> str:
     return f"{start}" if filled == 1 else f"{start}-{start + filled - 1}"
 
 
+def reserved_tokens(blk, computed: Mapping, block_size: int) -> int:
+    """How many of block ``blk``'s stored tokens are *reserved* (their K/V not computed yet): those at
+    or past its owner's count in ``computed`` (``{sequence: tokens with K/V}``; an owner missing
+    from it has all of its tokens computed)."""
+    if not blk.ref_count or blk.owner not in computed:
+        return 0
+    start = blk.logical * block_size
+    return max(0, min(blk.filled, start + blk.filled - computed[blk.owner]))
+
+
 def block_traces(snap, order: Sequence, max_logical: int | None = None,
-                 text_size: int | None = TEXT_SIZE) -> list:
+                 text_size: int | None = TEXT_SIZE, computed: Mapping | None = None) -> list:
     """The three traces of one snapshot: pool heatmap, block labels, block-table heatmap.
 
     ``order``: all sequence ids to give colours to (see :func:`seq_order`); the table has a row
     for each of them that exists in ``snap``, in that order.
     ``max_logical``: table columns (default: the longest table in ``snap``).
     ``text_size``: px of the slots' text, ``None`` to let plotly fit it (:func:`slot_text_size`).
+    ``computed``: per sequence, the tokens whose K/V is in the cache (a serving engine's
+    :attr:`StepRecord.computed <paged_kv.engine.StepRecord.computed>`); a stored token at or past it
+    is drawn *reserved*, in a mid tint (:data:`RESERVED_TINT`) between the full colour of a slot
+    holding K/V and the pale one of an empty slot.  ``None``: every stored token holds K/V (the
+    block manager's own histories, which write a token's K/V when they store it).
     Token labels are drawn through :func:`~paged_kv.viz.labels.visible_token` (a space is ``␣``).
     """
     bs, nb = snap.block_size, snap.num_blocks
     rows, cols, width, label = _grid(nb, bs)
     index = {s: k for k, s in enumerate(order)}
+    n = len(order)
     z = [[None] * (cols * width) for _ in range(rows)]
     text = [[""] * (cols * width) for _ in range(rows)]
     hover = [[""] * (cols * width) for _ in range(rows)]
@@ -159,17 +181,20 @@ def block_traces(snap, order: Sequence, max_logical: int | None = None,
                 hover[r][x0 + o] = f"block {blk.block_id}, slot {slot}<br>free (ref count 0)"
                 continue
             k = index[blk.owner]
-            z[r][x0 + o] = 1 + 2 * k + (o >= blk.filled)
+            pos = blk.logical * bs + o
+            reserved = computed is not None and o < blk.filled and pos >= computed.get(blk.owner, pos + 1)
+            z[r][x0 + o] = 1 + 2 * n + k if reserved else 1 + 2 * k + (o >= blk.filled)
             holders = ", ".join(f"{s} (logical {lg})" for s, lg in blk.holders)
             rng = _token_range(blk.logical, blk.filled, bs)
-            tok = (f"token {blk.logical * bs + o}" + (f" {blk.labels[o]!r}" if o < len(blk.labels) else "")
+            tok = (f"token {pos}" + (f" {blk.labels[o]!r}" if o < len(blk.labels) else "")
+                   + (": reserved, its K/V not computed yet" if reserved else "")
                    if o < blk.filled else "allocated, still empty")
             hover[r][x0 + o] = (f"block {blk.block_id}, slot {slot} (offset {o})<br>owner: {holders}"
                                 f"<br>tokens {rng} of {blk.owner}, {blk.filled}/{bs} filled"
                                 f"<br>ref count {blk.ref_count}<br>{tok}")
             if o < len(blk.labels):
                 text[r][x0 + o] = visible_token(blk.labels[o])
-    scale, ncat = _colorscale(len(order))
+    scale, ncat = _colorscale(n, reserved=computed is not None)
     common = dict(colorscale=scale, zmin=-0.5, zmax=ncat - 0.5, showscale=False, xgap=2, ygap=4,
                   hoverongaps=False, texttemplate="%{text}", textfont=dict(size=text_size))
     pool = go.Heatmap(z=z, text=text, customdata=hover, hovertemplate="%{customdata}<extra></extra>",

@@ -25,7 +25,7 @@ from ..errors import ConfigError
 from ..units import GiB, KiB, MiB, format_bytes
 from .controls import layout_path, trace_indices
 from .memory import CONTEXTS, kv_shape, token_label
-from .palette import COLORS
+from .palette import COLORS, seq_color
 
 __all__ = ["BEYOND_MARK", "CALC_COLUMNS", "CALC_CONTEXTS", "CALC_HEADERS", "DASH", "GREY", "HIGHLIGHT", "MARKER_COLOR",
            "NO_ROOM", "calculator_data", "calculator_figure", "gpu_memory_figure", "gpu_memory_parts"]
@@ -198,7 +198,7 @@ def calculator_figure(data: dict, model: str | None = None, gpu: str | None = No
             fig.add_trace(go.Scatter(
                 meta=dict(kind="line", gpu=g, tp=tp),
                 x=xs, y=_line_y(data["models"][model], g, tp), mode="lines+markers", name=f"TP={tp}",
-                line=dict(color=COLORS[j % len(COLORS)], dash=TP_DASHES[j % len(TP_DASHES)]),
+                line=dict(color=seq_color(j), dash=TP_DASHES[j % len(TP_DASHES)]),
                 marker=dict(symbol=TP_SYMBOLS[j % len(TP_SYMBOLS)], size=max(sizes[j], 4)),
                 visible=visible, legendgroup=f"tp{tp}", showlegend=True,
                 hovertemplate=f"TP={tp}: %{{y:,}} sequences<extra></extra>"), row=2, col=1)

@@ -18,7 +18,7 @@ from plotly.subplots import make_subplots
 
 from ..errors import ConfigError
 from .labels import log_ticks, wrap_title
-from .palette import COLORS
+from .palette import COLORS, seq_color
 
 __all__ = ["attention_timing_figure", "flops_split_figure", "roofline_figure", "scaling_figure",
            "step_cost_figure"]
@@ -96,7 +96,7 @@ def scaling_figure(n: Sequence[int], series: dict[str, Sequence[float]], crossov
     fig = go.Figure()
     for i, (label, y) in enumerate(series.items()):
         fig.add_trace(go.Scatter(x=list(n), y=list(y), name=label, mode="lines",
-                                 line=dict(color=COLORS[i % len(COLORS)], width=3)))
+                                 line=dict(color=seq_color(i), width=3)))
     for slope, label in sorted(guides.items()):
         y0 = series[label][0]
         fig.add_trace(go.Scatter(x=[n[0], n[-1]], y=[y0, y0 * (n[-1] / n[0]) ** slope],
@@ -131,7 +131,7 @@ def step_cost_figure(ctx: Sequence[int], series: dict[str, Sequence[float]], uni
                         subplot_titles=("log scale: every step",
                                         f"linear: {last_label} alone (axis not from 0)"))
     for i, (label, y) in enumerate(series.items()):
-        color = COLORS[i % len(COLORS)]
+        color = seq_color(i)
         fig.add_trace(go.Scatter(x=list(ctx), y=list(y), name=label, mode="lines+markers", marker=dict(size=3),
                                  line=dict(color=color), legendgroup=label), row=1, col=1)
         if label == last_label:
@@ -176,7 +176,7 @@ def roofline_figure(contexts: Sequence[int], tokens_per_s: dict[str, Sequence[fl
     fig = go.Figure()
     for i, (label, y) in enumerate(tokens_per_s.items()):
         fig.add_trace(go.Scatter(x=list(contexts), y=[v for v in y], name=label, mode="lines+markers",
-                                 marker=dict(size=5), line=dict(color=COLORS[i % len(COLORS)]),
+                                 marker=dict(size=5), line=dict(color=seq_color(i)),
                                  connectgaps=False))
     layout_y = dict(type="log", title="at most tokens/s (whole batch)", dtick=1, exponentformat="power")
     if compute_roof is not None:

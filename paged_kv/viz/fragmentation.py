@@ -24,7 +24,7 @@ from plotly.subplots import make_subplots
 
 from ..errors import ConfigError
 from .controls import add_replay_controls, frame_steps, trace_indices
-from .palette import COLORS, FREE_COLOR, discrete_scale, tint
+from .palette import COLORS, FREE_COLOR, discrete_scale, seq_color, tint
 
 CATEGORY_LABELS = {"token_states": "token states", "reserved": "reserved (future tokens)",
                    "internal": "internal fragmentation", "external": "external fragmentation",
@@ -301,7 +301,7 @@ def batch_figure(series: Mapping[str, tuple[np.ndarray, np.ndarray, np.ndarray]]
         inside = np.where(k >= 0, np.clip(edges - t[kk], 0, dt[kk]), 0.0)
         integral = np.where(k >= 0, before[kk] + run[kk] * inside, 0.0)
         area = np.diff(integral) / bin_s
-        color = COLORS[i % len(COLORS)]
+        color = seq_color(i)
         fig.add_trace(go.Scatter(x=np.round(edges[:-1] + bin_s / 2, 1), y=np.round(area, 2), mode="lines",
                                  name=label, line=dict(color=color)))
         if paper and label in paper:
@@ -318,7 +318,7 @@ def rate_figure(rates: Sequence[float], batches: Mapping[str, Sequence[float]],
     """Mean batch per policy as the arrival rate grows; the paper's Fig. 13a points as diamonds."""
     fig = go.Figure()
     for i, (label, ys) in enumerate(batches.items()):
-        color = COLORS[i % len(COLORS)]
+        color = seq_color(i)
         fig.add_trace(go.Scatter(x=list(rates), y=[round(float(y), 2) for y in ys], mode="lines+markers",
                                  name=label, line=dict(color=color), marker=dict(size=5)))
         if paper and label in paper:
@@ -387,7 +387,7 @@ def length_histogram(traces: Mapping[str, object], bins_per_octave: int = 2, max
     octaves = int(np.ceil(np.log2(max_tokens))) - first
     edges = np.unique(np.round(2.0 ** (first + np.arange(octaves * bins_per_octave + 1) / bins_per_octave)))
     for i, (label, tr) in enumerate(traces.items()):
-        color = COLORS[i % len(COLORS)]
+        color = seq_color(i)
         for col, lengths in ((1, tr.prompt_len), (2, tr.output_len)):
             counts, _ = np.histogram(lengths, edges)
             share = np.round(100 * counts / len(lengths), 3)

@@ -25,7 +25,7 @@ from ..errors import ConfigError
 from .blocks import EMPTY_TINT, seq_order
 from .controls import add_replay_controls, frame_steps
 from .labels import visible_token
-from .palette import COLORS, FREE_COLOR, tint
+from .palette import DISTINCT_COLORS, FREE_COLOR, seq_color, tint
 
 __all__ = ["logical_view_figure", "logical_view_parts"]
 
@@ -55,11 +55,13 @@ def logical_view_parts(snap, order: Sequence) -> dict:
     for s in order:
         if s not in snap.tables:
             continue
-        colour = COLORS[index[s] % len(COLORS)]
+        colour = seq_color(index[s])
         labels.append((col["logical"] + bs / 2 - 0.5, y - 0.2, f"<b>request {s}</b>: logical blocks"))
         y += 0.5
         for logical, physical, filled in snap.tables[s]:
-            words = snap.blocks[physical].labels if snap.blocks[physical].owner == s else ()
+            # a shared block holds the same tokens for every table that holds it (a fork shares the
+            # prompt's blocks; a write copies first), so each sharer's row shows them, not only the owner's
+            words = snap.blocks[physical].labels[:filled]
             for o in range(bs):
                 text = visible_token(words[o]) if o < len(words) else ""
                 cells.append((col["logical"] + o, y, colour if o < filled else tint(colour, EMPTY_TINT), text))
@@ -72,7 +74,7 @@ def logical_view_parts(snap, order: Sequence) -> dict:
         y += 0.3
     for blk in snap.blocks:
         owner = blk.owner
-        colour = FREE_COLOR if owner is None else COLORS[index[owner] % len(COLORS)]
+        colour = FREE_COLOR if owner is None else seq_color(index[owner])
         for o in range(bs):
             full = owner is not None and o < blk.filled
             fill = colour if full or owner is None else tint(colour, EMPTY_TINT)
@@ -99,7 +101,8 @@ def _frame(parts: dict):
                    fillcolor=fill, line=dict(color="#999", width=1), layer="below")
               for x, y, fill, _ in parts["cells"]]
     texts = [c for c in parts["cells"] if c[3]]
-    ink = ["white" if c[2] in COLORS else "#222" for c in texts]     # white on the full colours
+    full = {seq_color(k) for k in range(DISTINCT_COLORS)}
+    ink = ["white" if c[2] in full else "#222" for c in texts]     # white on the full colours
     # one transparent bar per word, exactly over its cell: plotly fits a bar's inside text to the bar
     words = go.Bar(orientation="h", base=[c[0] - CELL_W / 2 for c in texts], x=[CELL_W] * len(texts),
                    y=[c[1] for c in texts], width=CELL_H, text=[slot_word(c[3]) for c in texts],

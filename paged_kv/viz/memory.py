@@ -21,7 +21,7 @@ import plotly.graph_objects as go
 from .. import memory
 from ..defaults import BLOCK_SIZE, RESERVE_FRACTION
 from ..units import GiB
-from .palette import COLORS
+from .palette import COLORS, seq_color
 
 __all__ = ["BEYOND", "CONTEXTS", "attention_variants_data", "attention_variants_figure", "gpu_fit_data",
            "gpu_fit_figure", "kv_shape", "kv_vs_weights_data", "kv_vs_weights_figure", "token_label"]
@@ -82,7 +82,7 @@ def kv_vs_weights_figure(data: dict) -> go.Figure:
         ends = [c == m["max_position"] for c in m["contexts"]]
         fig.add_trace(go.Scatter(
             x=m["contexts"], y=ratio, name=name, mode="lines+markers",
-            line=dict(color=COLORS[i % len(COLORS)]),
+            line=dict(color=seq_color(i)),
             marker=dict(size=[11 if e else 5 for e in ends],
                         symbol=["diamond" if e else "circle" for e in ends]),
             customdata=[[kv / GiB, m["weights"] / GiB] for kv in m["kv"][batches[0]]],
@@ -159,10 +159,10 @@ def gpu_fit_figure(data: dict) -> go.Figure:
     for i, g in enumerate(data["gpus"]):
         x, labels = _fit_bars(data, c0, g)
         fig.add_trace(go.Scatter(y=data["models"], x=x, name=g, mode="markers+text", orientation="h",
-                                 marker=dict(color=COLORS[i % len(COLORS)], size=10,
+                                 marker=dict(color=seq_color(i), size=10,
                                              line=dict(width=1, color="white")),
                                  text=labels, textposition="middle right", cliponaxis=False,
-                                 textfont=dict(size=9, color=COLORS[i % len(COLORS)]),
+                                 textfont=dict(size=9, color=seq_color(i)),
                                  hovertemplate=f"{g}: %{{x:,}} sequences<extra>%{{y}}</extra>"))
     steps = []
     for c in data["contexts"]:

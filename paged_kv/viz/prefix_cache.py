@@ -3,7 +3,9 @@ evictions step by step; radix tree against hashed blocks; hit rate against pool 
 
 :func:`prefix_pool_figure` draws an engine's :class:`~paged_kv.engine.StepRecord` list (recorded
 with ``enable_prefix_caching``): one square per physical block, coloured by the request holding it,
-**grey** when free, **sand** when *cached-free* (ref count 0 but its K/V still findable by hash);
+**grey** when free, **sand** when *cached-free* (ref count 0 but its K/V still findable by hash),
+in a mid tint of its request's colour while *reserved* (some of its tokens not run yet, their K/V
+not computed: a prompt's later chunks under chunked prefill);
 a dot marks a block that caches a prefix, a gold star a block handed out as a hit in this step,
 a red cross a block whose entry was evicted (least recently used first) to be reused.
 :func:`refresh_prefix_pool_figure` redraws the last step in place (the live panel).
@@ -22,11 +24,12 @@ from plotly.subplots import make_subplots
 
 from ..errors import ConfigError
 from ..validate import count
+from .blocks import RESERVED_TINT, reserved_tokens
 from .controls import add_replay_controls, frame_steps, trace_indices
 from .labels import visible_token, wrap_title
-from .palette import COLORS, FREE_COLOR, discrete_scale, tint
+from .palette import FREE_COLOR, discrete_scale, seq_color, tint
 
-__all__ = ["CACHED_FREE_COLOR", "SHARED_EDGE_COLOR", "hit_rate_figure", "pool_states", "prefix_pool_figure", "radix_tree",
+__all__ = ["CACHED_FREE_COLOR", "MARKER_KEY", "SHARED_EDGE_COLOR", "hit_rate_figure", "pool_states", "prefix_pool_figure", "radix_tree",
            "radix_vs_blocks_figure", "refresh_prefix_pool_figure"]
 
 CACHED_FREE_COLOR = "#E9D8A6"    # sand: free by ref count, but its K/V is still cached
@@ -35,6 +38,10 @@ SHARED_EDGE_COLOR = "#CFCFCF"    # a radix-tree edge on the path of several prom
 PER_ROW = 8                      # blocks per row of the pool grid (a used block's label takes two
                                  # short lines, id over holder, so eight fit a 360-px phone)
 TRACE_NAMES = ("pool", "cached", "hits", "evicted")
+#: the figure's key, under each step's caption: the markers in their own colours, then the fills
+MARKER_KEY = (f"● caches a prefix, <span style='color:{HIT_COLOR}'>★</span> hit in this step, "
+              f"<span style='color:{EVICT_COLOR}'>✕1</span> evicted (LRU order)<br>"
+              "grey: free, sand: cached-free, mid tint: reserved")
 
 
 def pool_states(rec) -> list[tuple]:
@@ -69,15 +76,23 @@ def _traces(rec, order: Sequence[str]) -> list:
     z = [[None] * PER_ROW for _ in range(rows)]
     text = [[""] * PER_ROW for _ in range(rows)]
     hover = [[""] * PER_ROW for _ in range(rows)]
+    n = max(len(order), 1)
+    done = rec.computed_tokens() if rec.computed else {}
     for b, (state, owner, refs, cached) in enumerate(states):
         x, y = _xy(b)
-        z[y][x] = {"free": 0, "cached-free": 1}.get(state, 2 + index.get(owner, 0) % len(COLORS))
+        blk = rec.pool.blocks[b]
+        pending = reserved_tokens(blk, done, rec.pool.block_size)
+        z[y][x] = {"free": 0, "cached-free": 1}.get(state, 2 + index.get(owner, 0) + n * (pending > 0))
         text[y][x] = f"{b}" if state != "used" else f"<b>{b}</b><br>{owner}" + (f" ×{refs}" if refs > 1 else "")
         what = {"free": "free (ref count 0, caches nothing)",
                 "cached-free": "cached-free: ref count 0, its K/V still found by hash (evicted LRU)"}.get(
             state, f"held by {owner}, ref count {refs}" + (", caches a prefix" if cached else ""))
+        if pending:
+            what += f"; reserved: {pending} of its {blk.filled} tokens not run yet, their K/V not computed"
         hover[y][x] = f"block {b}: {what}"
-    colors = [FREE_COLOR, CACHED_FREE_COLOR] + list(COLORS)
+    # z: 0 free, 1 cached-free, 2 + k held by owner k, 2 + n + k held by k and reserved (mid tint)
+    colors = ([FREE_COLOR, CACHED_FREE_COLOR] + [seq_color(k) for k in range(n)]
+              + [tint(seq_color(k), RESERVED_TINT) for k in range(n)])
     pool = go.Heatmap(z=z, text=text, customdata=hover, hovertemplate="%{customdata}<extra></extra>",
                       texttemplate="%{text}", textfont=dict(size=11), name="pool", showscale=False,
                       colorscale=discrete_scale(colors), zmin=-0.5, zmax=len(colors) - 0.5, xgap=3, ygap=3)
@@ -100,9 +115,12 @@ def _traces(rec, order: Sequence[str]) -> list:
 def _caption(rec) -> str:
     states = pool_states(rec)
     n = {s: sum(1 for x in states if x[0] == s) for s in ("used", "cached-free", "free")}
+    done = rec.computed_tokens() if rec.computed else {}
+    pending = sum(reserved_tokens(b, done, rec.pool.block_size) > 0 for b in rec.pool.blocks)
     text = "<br>".join(textwrap.wrap(f"step {rec.step}: {rec.text}", 60))
-    return (f"{text}<br><sup>{n['used']} used, {n['cached-free']} cached-free, {n['free']} free; "
-            f"{len(rec.hits)} hit blocks, {len(rec.evicted)} evicted in this step</sup>")
+    used = f"{n['used']} used" + (f" ({pending} reserved: tokens not run yet)" if pending else "")
+    return (f"{text}<br><sup>{used}, {n['cached-free']} cached-free, {n['free']} free; "
+            f"{len(rec.hits)} hit blocks, {len(rec.evicted)} evicted in this step<br>{MARKER_KEY}</sup>")
 
 
 def prefix_pool_figure(records: Sequence, title: str = "", active: int | None = None,
@@ -127,7 +145,7 @@ def prefix_pool_figure(records: Sequence, title: str = "", active: int | None = 
     fig.update_yaxes(visible=False, autorange="reversed")
     head = f"{wrap_title(title)}<br>" if title else ""
     fig.update_layout(title=dict(text=head + _caption(rec), x=0.01, font=dict(size=13)),
-                      height=250 + 70 * rows, margin=dict(l=10, r=10, t=120, b=80),
+                      height=280 + 70 * rows, margin=dict(l=10, r=10, t=150, b=80),
                       plot_bgcolor="white", showlegend=False)
     if replay and len(records) > 1:
         idx = trace_indices(fig, TRACE_NAMES)
@@ -203,7 +221,7 @@ def radix_vs_blocks_figure(prompts: Sequence[str], block_size: int, title: str =
             full = len(chunk) == block_size
             key = p[:(j + 1) * block_size]
             k = owner.setdefault(key, i) if full else None
-            color = COLORS[k % len(COLORS)] if full else "white"
+            color = seq_color(k) if full else "white"
             if full and k != i:
                 color = tint(color, 0.35)
             fig.add_shape(type="rect", x0=j * block_size, x1=(j + 1) * block_size - 0.15, y0=i - 0.4, y1=i + 0.4,
@@ -229,7 +247,7 @@ def radix_vs_blocks_figure(prompts: Sequence[str], block_size: int, title: str =
         y = ypos[e]
         (only,) = through[e] if len(through[e]) == 1 else (None,)
         fig.add_shape(type="rect", x0=start, x1=start + len(label) - 0.15, y0=y - 0.35, y1=y + 0.35,
-                      fillcolor=SHARED_EDGE_COLOR if only is None else tint(COLORS[only % len(COLORS)], 0.55),
+                      fillcolor=SHARED_EDGE_COLOR if only is None else tint(seq_color(only), 0.55),
                       line=dict(color="#333", width=1), row=2, col=1)
         fig.add_annotation(x=start + len(label) / 2, y=y, text=visible_token(label), showarrow=False,
                            font=dict(size=10, family="monospace"), row=2, col=1)
@@ -275,7 +293,7 @@ def hit_rate_figure(pool_sizes: Sequence, series: Mapping[str, Sequence[float]],
         fig.add_trace(go.Scatter(x=positions, y=[list(ys)[i] for i in order], name=name, mode="lines+markers",
                                  customdata=[f"{p:,}" for p in pool_sizes],
                                  hovertemplate=f"{name}<br>%{{customdata}} blocks: hit rate %{{y:.0%}}<extra></extra>",
-                                 line=dict(color=COLORS[k % len(COLORS)])))
+                                 line=dict(color=seq_color(k))))
     fig.update_xaxes(tickvals=positions, ticktext=[f"{p:,}" for p in pool_sizes], range=[-0.3, len(pool_sizes) - 0.7],
                      title=f"{xaxis}, evenly spaced, not to scale")
     fig.update_yaxes(range=[0, 1], title=yaxis)

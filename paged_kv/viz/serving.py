@@ -2,8 +2,11 @@
 
 Three panels, from the engine's :class:`~paged_kv.engine.StepRecord` list: the **queues**
 (waiting, running, swapped; one box per request, labelled with its progress), the **GPU block
-pool** (as chapter 5 draws it: colour = the sequence holding a block, pale = reserved but not yet
-written; sequences are named ``"<request>"`` and ``"<request>.<i>"`` for sample ``i``), and the
+pool** (as chapter 5 draws it, colour = the sequence holding a block, and one shade more: a slot in
+the full colour holds K/V, a **reserved** one in a mid tint is taken for a token the engine has not
+run yet, a later chunk of a prompt under chunked prefill or a recomputed request's tokens before
+its prefill (:attr:`StepRecord.computed <paged_kv.engine.StepRecord.computed>`), a pale one is
+allocated and empty; sequences are named ``"<request>"`` and ``"<request>.<i>"`` for sample ``i``), and the
 **CPU swap pool** (rows of :data:`CPU_PER_ROW` blocks, each labelled ``id ×ref count`` and its
 holders: a block shared by a group's samples is swapped once and held by all of them).  :func:`serving_figure` replays a run with plotly frames and a slider (the
 static book); :func:`refresh_serving_figure` redraws the last step in place (the live panel).
@@ -20,15 +23,17 @@ from typing import Mapping, Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .blocks import block_traces, seq_order
+from .blocks import block_traces, reserved_tokens, seq_order
 from .controls import add_replay_controls, frame_steps, trace_indices
 from .labels import log_ticks, wrap_title
-from .palette import COLORS, FREE_COLOR, discrete_scale
+from .palette import FREE_COLOR, discrete_scale, seq_color
 
 LANES = ("waiting", "running", "swapped")
 TRACE_NAMES = ("queues", "pool", "block labels", "cpu pool")
 PANEL_TITLES = ("<b>queues</b> (box: request, generated / max tokens)", "<b>GPU KV blocks</b> id ×ref count",
                 "<b>CPU swap blocks</b> id ×ref count, holders")
+#: the GPU pool's colour key, under each step's caption
+KEY = "GPU slots: full colour: K/V computed; mid: reserved,<br>its token not run yet; pale: empty; grey: free"
 PER_LANE = 6     # request boxes per lane before "+k more"
 CPU_PER_ROW = 5  # CPU blocks per row: a holder list ("B, B.1") stays readable in a phone-wide cell
                  # (ten in one row were 30 px wide at 400 px, their labels shrunk to about 6 px)
@@ -63,7 +68,7 @@ def _lane_trace(rec, order: Sequence) -> go.Scatter:
             ys.append(lane)
             texts.append(f"<b>{rid}</b> {gen}/{max_tokens}")
             k = index.get(rid)
-            colors.append(COLORS[k % len(COLORS)] if k is not None else FREE_COLOR)
+            colors.append(seq_color(k) if k is not None else FREE_COLOR)
             phase = (f"prompt {computed}/{prompt} computed" if computed < prompt else
                      f"generated {gen} of {max_tokens}")
             hovers.append(f"request {rid}: {lane}<br>{phase}")
@@ -102,7 +107,7 @@ def _cpu_trace(rec, order: Sequence) -> go.Heatmap:
         z[y][x] = 1 + index[h[0][0]]
         hover[y][x] = f"CPU block {b}, ref count {len(h)}<br>holds the K/V of {who}"
         text[y][x] = f"<b>{b}</b> ×{len(h)}<br>{names}"
-    colors = [FREE_COLOR] + [COLORS[k % len(COLORS)] for k in range(len(order))]
+    colors = [FREE_COLOR] + [seq_color(k) for k in range(len(order))]
     return go.Heatmap(z=z, text=text, customdata=hover, hovertemplate="%{customdata}<extra></extra>",
                       texttemplate="%{text}", textfont=dict(size=CPU_TEXT_SIZE), name="cpu pool", showscale=False,
                       hoverongaps=False,
@@ -110,16 +115,25 @@ def _cpu_trace(rec, order: Sequence) -> go.Heatmap:
 
 
 def _traces(rec, order: Sequence) -> list:
-    pool, labels, _tables = block_traces(rec.pool, order)
+    computed = rec.computed_tokens() if rec.computed else None
+    pool, labels, _tables = block_traces(rec.pool, order, computed=computed)
     return [_lane_trace(rec, order), pool, labels, _cpu_trace(rec, order)]
+
+
+def reserved_slots(rec) -> int:
+    """Slots of ``rec``'s GPU pool taken for a token whose K/V is not computed yet (the mid tint),
+    shared blocks once: the stored tokens of each block at or past its owner's computed count."""
+    done = rec.computed_tokens()
+    return sum(reserved_tokens(b, done, rec.pool.block_size) for b in rec.pool.blocks)
 
 
 def _caption(rec) -> str:
     used = rec.pool.used_blocks
     text = "<br>".join(textwrap.wrap(f"step {rec.step} (clock {rec.clock_s * 1e3:.0f} ms): {rec.text}", 56))
+    reserved = reserved_slots(rec)
     return (f"{text}<br><sup>{used}/"
             f"{rec.pool.num_blocks} GPU blocks used, {sum(c is not None for c in rec.cpu)}/{len(rec.cpu)} "
-            f"CPU blocks</sup>")
+            f"CPU blocks; {reserved} slot{'s' * (reserved != 1)} reserved<br>{KEY}</sup>")
 
 
 def _layout(fig, rec, title: str) -> None:
@@ -161,7 +175,7 @@ def serving_figure(records: Sequence, title: str = "", active: int | None = None
         axes |= {f"xaxis{r}": dict(visible=False), f"yaxis{r}": dict(visible=False, autorange="reversed")}
     fig.update_layout(axes)
     _layout(fig, rec, title)
-    fig.update_layout(height=round(sum(panels) / 0.8) + 200, margin=dict(l=20, r=20, t=130, b=70),
+    fig.update_layout(height=round(sum(panels) / 0.8) + 200, margin=dict(l=20, r=20, t=160, b=70),
                       plot_bgcolor="white", showlegend=False)
     if replay and len(records) > 1:
         names = TRACE_NAMES if has_cpu else TRACE_NAMES[:3]
@@ -204,7 +218,7 @@ def latency_figure(curves: Mapping[str, tuple[Sequence[float], Sequence[float]]]
     fig = go.Figure()
     for k, (name, (x, y)) in enumerate(curves.items()):
         fig.add_trace(go.Scatter(x=list(x), y=list(y), name=name, mode="lines+markers",
-                                 line=dict(color=COLORS[k % len(COLORS)])))
+                                 line=dict(color=seq_color(k))))
     if threshold is not None:
         fig.add_hline(y=threshold, line=dict(dash="dot", color="#777"),
                       annotation_text=threshold_text or f"{threshold} s/token", annotation_position="top left")
@@ -227,7 +241,7 @@ def swap_figure(block_sizes: Sequence[int], series: Mapping[str, Sequence[float]
     fig = go.Figure()
     for k, (name, ys) in enumerate(series.items()):
         fig.add_trace(go.Scatter(x=list(block_sizes), y=list(ys), name=name, mode="lines+markers",
-                                 line=dict(color=COLORS[k % len(COLORS)])))
+                                 line=dict(color=seq_color(k))))
     fig.update_xaxes(type="log", tickvals=list(block_sizes), ticktext=[str(b) for b in block_sizes],
                      title="block size (tokens)")
     head = wrap_title(title)

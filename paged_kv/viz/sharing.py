@@ -15,6 +15,7 @@ Figures 15 and 14).  All are pure functions of recorded data.
 
 from __future__ import annotations
 
+import itertools
 from typing import Mapping, Sequence
 
 import plotly.graph_objects as go
@@ -22,7 +23,7 @@ from plotly.subplots import make_subplots
 
 from .blocks import KEY, block_cells, blocks_figure, refresh_blocks_figure
 from .labels import wrap_title
-from .palette import COLORS
+from .palette import COLORS, seq_color
 
 __all__ = ["SHARING_KEY", "SYSTEM_COLORS", "latency_figure", "refresh_sharing_figure", "savings_figure", "sharing_figure",
            "sharing_overlay"]
@@ -159,7 +160,7 @@ def latency_figure(curves: Mapping[str, Mapping[str, tuple[Sequence[float], Sequ
         axis = fig.layout["xaxis" if k == 0 else f"xaxis{k + 1}"]   # from its left edge, clear of the top tick
         note.update(x=axis.domain[0], xanchor="left", yshift=8, font=dict(size=12))
     systems = list(dict.fromkeys(s for panel in curves.values() for s in panel))
-    spare = iter(c for c in COLORS if c not in SYSTEM_COLORS.values())
+    spare = (c for c in map(seq_color, itertools.count()) if c not in SYSTEM_COLORS.values())
     color = {s: SYSTEM_COLORS.get(s) or next(spare) for s in systems}
     shown = set()
     for i, panel in enumerate(panels):

@@ -34,7 +34,7 @@ from ..spec_decode import PHASES, SlotState, SpeculationTrace
 from ..validate import count
 from .blocks import SHORT_LABEL, TEXT_SIZE
 from .labels import log_ticks, visible_token, wrap_title
-from .palette import COLORS, FREE_COLOR, discrete_scale
+from .palette import COLORS, FREE_COLOR, discrete_scale, seq_color
 
 __all__ = ["FREED_DASH", "ROW_PX", "STATES", "STATE_COLORS", "acceptance_figure", "acceptance_rows",
            "rollback_figure", "speedup_figure"]
@@ -233,7 +233,7 @@ def speedup_figure(model, gpu, *, ks: Sequence[int], alpha, batches: Sequence[in
     fig.add_trace(go.Scatter(x=[xs[0], xs[-1]], y=[1, 1], mode="lines", name="1× (no gain)", hoverinfo="skip",
                              line=dict(color="#555", dash="dash", width=1.5)))
     for i, k in enumerate(ks):
-        color = COLORS[i % len(COLORS)]
+        color = seq_color(i)
         ys = [speedup(alpha, k, b, model, gpu, **kw) for b in xs]
         fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines+markers", name=f"k = {k}", legendgroup=f"k{k}",
                                  line=dict(color=color), marker=dict(size=5),
@@ -307,7 +307,7 @@ def acceptance_figure(rows: Sequence[Mapping], title: str = "") -> go.Figure:
     for i, m in enumerate(methods):
         mine = sorted((r for r in rows if r["method"] == m), key=lambda r: r["k"])
         ks = [r["k"] for r in mine]
-        line = dict(color=COLORS[i % len(COLORS)])
+        line = dict(color=seq_color(i))
         fig.add_trace(go.Scatter(x=ks, y=[r["acceptance_rate"] for r in mine], mode="lines+markers", name=m,
                                  legendgroup=m, line=line, hovertemplate=f"{m}, k = %{{x}}: %{{y:.2f}}<extra></extra>"),
                       row=1, col=1)

@@ -24,12 +24,13 @@ import plotly.graph_objects as go
 import plotly.io as pio
 from IPython.display import HTML, Markdown, display
 
+from ..engine.step_record import sample_name
 from ..errors import PagedKVError
 from ..panels import registry, step
 from ..panels.page import live_enabled, placeholder
 from ..viz import is_static_build
 
-__all__ = ["button_action", "error_note", "figure_widget_or_output", "guarded", "live_html", "run_until_idle",
+__all__ = ["button_action", "error_note", "figure_widget_or_output", "guarded", "live_html",
            "show_live", "status_html", "update_figure"]
 
 _log = logging.getLogger("paged_kv.widgets")
@@ -53,17 +54,6 @@ def figure_widget_or_output(fig, use_figure_widget: bool | None = None):
     return fig, w.Output()
 
 
-def run_until_idle(engine, max_steps: int = 500) -> None:
-    """A panel's "run until idle" button: step an ``LLMEngine`` until no request is unfinished
-    (at most ``max_steps`` steps, so a click always returns), checking the scheduler's invariants
-    after every step."""
-    for _ in range(max_steps):
-        if not engine.has_unfinished_requests():
-            break
-        engine.step()
-        engine.scheduler.check()
-
-
 def update_figure(fig, out, refresh, build) -> None:
     """Redraw a panel's figure after a change: in place through ``refresh(fig)`` when ``out`` is
     ``None`` (a ``FigureWidget``, see :func:`figure_widget_or_output`), else by replacing the
@@ -76,15 +66,22 @@ def update_figure(fig, out, refresh, build) -> None:
             display(build())
 
 
-def show_live(panel, what: str = "This panel",
-              replay: str = "the figure below is its static replay", live: str | None = None,
+#: what the static book's note says of the figure under a panel without ``live``: a recorded run
+REPLAY_NOTE = "the figure below is its static replay"
+#: ... and with ``live``: the figure under "Run live" is the panel model's first state, no replay
+START_NOTE = "until you click, the figure below is the panel's starting state, drawn when the book was built"
+
+
+def show_live(panel, what: str = "This panel", replay: str | None = None, live: str | None = None,
               live_args: Mapping[str, Any] | None = None) -> bool:
     """Display a live ipywidgets panel when a reader's kernel runs; returns whether it did.
 
     ``panel`` is the widget, or better a zero-argument function that builds it: in the static
     book the function is never called, so no widget (and no copy of plotly.js that a
     ``FigureWidget`` would store in the notebook) ends up in the page.  There a short note says
-    where the live version runs instead, and ``replay`` where the page shows a recorded run.
+    where the live version runs instead, and ``replay`` where the page shows a recorded run
+    (default: :data:`REPLAY_NOTE`, the figure below; with ``live``, :data:`START_NOTE`, since the
+    figure below is then the panel's starting state, not a replay).
     With ``live`` (a :mod:`paged_kv.panels.registry` name) the static page also gets the browser
     edition's "Run live" placeholder and the panel model's first figure, which the page redraws
     in place once the reader clicks (:func:`live_html`); ``live_args`` are the panel model's
@@ -94,6 +91,8 @@ def show_live(panel, what: str = "This panel",
     Raises:
         ConfigError: ``live`` is not a registry name, or ``live_args`` is not JSON-able.
     """
+    if replay is None:
+        replay = START_NOTE if live is not None else REPLAY_NOTE
     if is_static_build():
         here = " or right here (\"Run live\" below)" if live is not None and live_enabled() else ""
         display(Markdown(f"*{what} is live when you run this chapter in Jupyter or Colab "
@@ -170,18 +169,19 @@ def status_html(note: str, texts: str) -> str:
 
 
 def outputs_html(outputs, label=None) -> str:
-    """The requests' streamed texts for a status line, one line per sample: the request id (with
+    """The requests' streamed texts for a status line, one line per sample: its name (the request id,
+    ``B.1`` for sample 1 of ``B``: :func:`~paged_kv.engine.step_record.sample_name`; with
     ``label(output)`` after it, if given), the text so far, and once the sample has ended its
     finish reason; a request that ended with ``"error"`` shows the error's text in red, since a
     failed step is otherwise silent in a panel.  Everything is escaped here."""
     lines = []
     for o in outputs:
-        head = f"<b>{html.escape(str(o.request_id), quote=False)}</b>"
-        if label is not None:
-            head += f" ({html.escape(label(o), quote=False)})"
-        for t, reason in zip(o.text or [], o.finish_reason):
+        tail = "" if label is None else f" ({html.escape(label(o), quote=False)})"
+        head = f"<b>{html.escape(str(o.request_id), quote=False)}</b>{tail}"
+        for i, (t, reason) in enumerate(zip(o.text or [], o.finish_reason)):
             end = "" if reason is None else f" <span style='color:#666'>[{html.escape(reason)}]</span>"
-            lines.append(f"{head}: {html.escape(repr(t), quote=False)}{end}")
+            name = f"<b>{html.escape(sample_name(o.request_id, i), quote=False)}</b>{tail}"
+            lines.append(f"{name}: {html.escape(repr(t), quote=False)}{end}")
         if o.error:
             lines.append(f"<span style='color:#c00'>{head}: {html.escape(o.error, quote=False)}</span>")
     return "<br>".join(lines)

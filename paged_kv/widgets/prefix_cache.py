@@ -17,6 +17,7 @@ import ipywidgets as w
 
 from ..engine import EngineConfig
 from ..model import load_tiny_model
+from ..panels.base import option_label
 from ..panels.prefix_cache import DEFAULT_TEXT, MAX_TOKENS, SYSTEM_PROMPTS, PrefixCachePanel, hits_in_words
 from ..viz.prefix_cache import prefix_pool_figure, refresh_prefix_pool_figure
 from .panel import button_action, figure_widget_or_output, outputs_html, status_html, update_figure
@@ -41,7 +42,9 @@ def prefix_cache_panel(model=None, tokenizer=None, config: EngineConfig | None =
     title = panel_model.title
     fig, out = figure_widget_or_output(prefix_pool_figure(engine.records, title, replay=False), use_figure_widget)
 
-    prefix = w.Dropdown(options=list(SYSTEM_PROMPTS) + [""], description="prefix", layout=w.Layout(width="380px"))
+    # labelled as the page's dropdown labels them: the empty prefix reads "(none)", not a blank line
+    prefix = w.Dropdown(options=[(option_label(p), p) for p in [*SYSTEM_PROMPTS, ""]], value=SYSTEM_PROMPTS[0],
+                        description="prefix", layout=w.Layout(width="380px"))
     own = w.Text(value=DEFAULT_TEXT, description="own text", layout=w.Layout(width="260px"))
     max_tokens = w.BoundedIntText(value=8, min=1, max=MAX_TOKENS, description="new tokens", layout=w.Layout(width="170px"))
     add = w.Button(description="submit")

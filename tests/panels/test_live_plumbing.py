@@ -141,8 +141,11 @@ def test_show_live_in_the_static_build_emits_the_placeholder_and_the_first_figur
     assert built == []                               # the ipywidgets panel is never built there
     note, live = shown[0].data, shown[1].data
     assert "Run live" in note and 'data-panel="calculator"' in live
+    # the figure under the placeholder is the panel's starting state, never called a replay
+    assert wpanel.START_NOTE in note and "replay" not in note and "replay" not in page.STATIC_BADGE
     fig_id = live.split('data-figure="')[1].split('"')[0]
     assert f'id="{fig_id}"' in live and "plotly.js" not in live.lower().split("<script")[0]
     shown.clear()
     wpanel.show_live(lambda: None, "The calculator")
     assert len(shown) == 1 and "Run live" not in shown[0].data   # without live=: as before
+    assert wpanel.REPLAY_NOTE in shown[0].data

@@ -281,3 +281,69 @@ def test_the_ipywidgets_panels_without_a_model_run_the_browser_configuration():
         assert "timing model, no model runs" in status and panel.panel_model.timed
         o = panel.engine.output(name)
         assert bytes(o.token_ids[0]) == load_recordings()[o.prompt].encode()[:len(o.token_ids[0])] != b""
+
+
+@pytest.mark.parametrize("cls", [ServingPanel, PrefixCachePanel])
+@pytest.mark.parametrize("op, says", [("step", "nothing to step: submit a request"),
+                                      ("run", "nothing to run: submit a request")])
+def test_stepping_an_idle_engine_says_there_is_nothing_to_step(cls, op, says):
+    """A click with no request unfinished (before any, or after all finished) is a note, not a
+    silent no-op, and changes nothing."""
+    model = cls()
+    got = step(model, model.initial(), {"op": op})
+    assert got.note == says and got.state.engine.stats.steps == 0
+    submit = cls.demo_actions[0]
+    done = run(model, [submit, {"op": "run"}])
+    assert done.note == "" and done.state.message.endswith("every request has finished")
+    again = step(model, done.state, {"op": op})
+    assert again.note == says and again.state is done.state
+
+
+def test_run_until_idle_says_when_it_stops_at_the_step_limit():
+    """At the limit with requests left, the message says it stopped there, the steps it ran and how
+    many requests are unfinished; the next click goes on; under the limit it says all finished."""
+    from paged_kv.panels.engine_panel import MAX_RUN_STEPS
+    assert ServingPanel.max_run_steps == MAX_RUN_STEPS == 500
+    model = ServingPanel()
+    model.max_run_steps = 3                                  # this instance only
+    s = run(model, [{"op": "submit", "prompt": DEFAULT_PROMPT, "max_tokens": 4},
+                    {"op": "submit", "prompt": "abc", "max_tokens": 4}, {"op": "run"}])
+    assert s.note == "" and s.state.engine.stats.steps == 3
+    assert s.state.message == ("stopped after 3 steps, the most one click runs: 2 requests unfinished; "
+                               "run until idle again to go on")
+    assert s.status.splitlines()[0] == s.state.message
+    while s.state.engine.has_unfinished_requests():
+        s = step(model, s.state, {"op": "run"})
+        assert s.note == ""
+    k = s.state.engine.stats.steps % 3 or 3
+    assert s.state.message in (f"ran {k} step{'s' * (k != 1)}: every request has finished",
+                               "ran 3 steps: every request has finished")
+
+
+def test_an_abort_works_once():
+    """Aborting a finished (or already aborted) request is refused by name, not said again."""
+    model = ServingPanel()
+    s = run(model, [{"op": "submit", "prompt": "abc", "max_tokens": 2}, {"op": "abort", "request": "A"}])
+    assert s.note == "" and s.state.message == "request A aborted: its blocks are free"
+    again = step(model, s.state, {"op": "abort", "request": "A"})
+    assert again.note == "request A has already finished (abort): nothing to abort" and again.state is s.state
+    s = run(model, [{"op": "submit", "prompt": "abc", "max_tokens": 2}, {"op": "run"},
+                    {"op": "abort", "request": "A"}])
+    assert s.note == "request A has already finished (length): nothing to abort"
+
+
+def test_the_samples_of_a_request_are_named_as_the_pool_names_them(panel):
+    """``n = 2``: the status lines name the samples ``B`` and ``B.1``, the names of the sequences in
+    the pool's block tables, never ``B`` twice (ipywidgets' lines too)."""
+    from paged_kv.widgets.panel import outputs_html
+
+    s = run(panel, [{"op": "submit", "prompt": "abc", "max_tokens": 2},
+                    {"op": "submit", "prompt": DEFAULT_PROMPT, "max_tokens": 3, "n": 2},
+                    {"op": "step"}, {"op": "step"}, {"op": "step"}])
+    e = s.state.engine
+    tables = {name for r in e.records for name in r.pool.tables}
+    assert tables == {"A", "B", "B.1"}
+    heads = [line.split(":")[0].split(" ")[0] for line in s.status.splitlines() if line.startswith(("A", "B"))]
+    assert heads == ["A", "B", "B.1"]
+    html_heads = [line.split(":")[0] for line in outputs_html(e.outputs()).split("<br>")]
+    assert html_heads == ["<b>A</b>", "<b>B</b>", "<b>B.1</b>"]

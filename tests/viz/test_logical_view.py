@@ -86,3 +86,32 @@ def test_each_word_is_fitted_into_its_own_cell():
     assert slot_word("brought") == "brou<br>ght" and slot_word("Four") == "Four"
     for frame in fig.frames:                               # every step draws its words the same way
         assert frame.data[0].type == "bar"
+
+
+def test_a_forked_sequences_shared_blocks_show_their_tokens():
+    """A fork shares its parent's blocks: the child's logical blocks show the same words in the
+    same slots as the parent's, the shared tail included; after the child's copy-on-write write,
+    its copy shows the parent's words and its own new one."""
+    h = BlockHistory(BlockSpaceManager(6, 4))
+    h.allocate("A", list("To be, "))                    # 7 tokens: one full block and 3 of 4
+    h.fork("A", "A.1")
+    parts = logical_view_parts(h.snapshots[-1], seq_order(h.snapshots))
+
+    def rows(parts, seq):
+        """The words of ``seq``'s logical slots, row by row (the logical column is x 0 .. BS-1)."""
+        heads = sorted((lab[1], lab[2]) for lab in parts["labels"] if "logical blocks" in lab[2])
+        y0 = next(y for y, text in heads if f"request {seq}</b>" in text)
+        y1 = next((y for y, _ in heads if y > y0), float("inf"))
+        got = {}
+        for x, y, _, text in parts["cells"]:
+            if y0 < y < y1 and 0 <= x < 4:
+                got.setdefault(y, [""] * 4)[int(x)] = text
+        return [got[y] for y in sorted(got)]
+
+    want = [["T", "o", "␣", "b"], ["e", ",", "␣", ""]]
+    assert rows(parts, "A") == want
+    assert rows(parts, "A.1") == want
+    h.append("A.1", "x")                                # copy-on-write of the shared tail
+    parts = logical_view_parts(h.snapshots[-1], seq_order(h.snapshots))
+    assert rows(parts, "A.1") == [["T", "o", "␣", "b"], ["e", ",", "␣", "x"]]
+    assert rows(parts, "A") == want

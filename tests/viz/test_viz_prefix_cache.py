@@ -130,3 +130,25 @@ def test_a_used_block_writes_its_id_over_its_holder_and_the_slider_names_the_las
     used = [x for row in pool.text for x in row if x.startswith("<b>")]
     assert used and all(re.fullmatch(r"<b>\d+</b><br>\S+( ×\d+)?", x) for x in used)
     assert fig.layout.sliders[0].currentvalue.suffix == f" / {records[-1].step}"
+
+
+def test_the_pool_figure_keys_its_markers_and_the_empty_prefix_reads_none():
+    """Every mark the pool draws is named under the caption, in the mark's own colour (the live
+    panel's text points at the key), and the Jupyter dropdown labels the empty prefix "(none)" as
+    the page's does."""
+    from paged_kv.panels.base import EMPTY_OPTION
+    from paged_kv.panels.prefix_cache import PrefixCachePanel
+    from paged_kv.viz.prefix_cache import EVICT_COLOR, HIT_COLOR, MARKER_KEY
+
+    panel = PrefixCachePanel()
+    fig = panel.figure(panel.initial())
+    title = fig.layout.title.text
+    assert MARKER_KEY in title
+    marks = {t.name: t.marker for t in fig.data if t.name in ("cached", "hits", "evicted")}
+    assert marks["hits"].symbol == "star" and f"color:{HIT_COLOR}'>★" in title
+    assert marks["evicted"].symbol == "x" and f"color:{EVICT_COLOR}'>✕" in title
+    assert marks["cached"].symbol == "circle" and "● caches a prefix" in title
+    assert all(word in title for word in ("grey: free", "sand: cached-free", "mid tint: reserved"))
+    widget = prefix_cache_panel(load_model=False, use_figure_widget=False)
+    options = dict(widget.children[0].children[0].options)
+    assert options[EMPTY_OPTION] == "" and set(options.values()) == {*SYSTEM_PROMPTS, ""}
