@@ -74,7 +74,10 @@ def _phase_caption(s, phase: str, label: Callable[[int], str] | None) -> str:
     if phase == "verify":
         return f"<b>2 verify</b>: {s.num_fed} fed + {k} drafts written, {len(s.new_blocks)} new block(s)"
     if phase == "accept":
-        return f"<b>3 accept</b>: {s.accepted} of {k} kept, then the target's own token"
+        own = s.emitted[-1]
+        shown = f'"{visible_token(label(own))}"' if label else str(own)
+        return (f"<b>3 accept</b>: {s.accepted} of {k} kept, then the target's own token {shown} "
+                f"(its K/V: next pass)")
     freed = ", ".join(map(str, s.freed_blocks)) or "none"
     return f"<b>4 rollback</b>: {s.rejected} slot(s) back; blocks freed: {freed}"
 
@@ -176,14 +179,17 @@ def rollback_figure(trace: SpeculationTrace, step: int | None = None, token_text
     fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines", name="dashed: block freed at rollback",
                              hoverinfo="skip", line=dict(color="#222", dash=FREED_DASH, width=2)))
     head = f"{wrap_title(title)}<br>" if title else ""
-    caption = (f"step {s.index} (target pass {s.passes}): {len(s.drafted)} drafted, {s.accepted} accepted, "
+    caption = (f"target pass {s.passes}: {len(s.drafted)} drafted, {s.accepted} accepted, "
                f"{s.rejected} rolled back")
     q = s.free_queue
     queue = ("empty" if not q else ", ".join(map(str, q)) + " (tail)" if len(q) <= QUEUE_SHOWN
              else f"{len(q)} blocks, …, " + ", ".join(map(str, q[-QUEUE_SHOWN:])) + " (tail)")
-    top = 120 + 18 * head.count("<br>")
-    fig.update_layout(title=dict(text=f"{head}{wrap_title(caption)}<br><sup>free queue after: {queue}</sup>",
-                                 x=0.01, font=dict(size=14)),
+    heading = f"{head}{wrap_title(caption)}<br><sup>free queue after: {queue}</sup>"
+    # the heading hangs from the figure's top (plotly centres it in the margin by default, where a
+    # tall one runs into the first panel's caption); below it, room for that caption
+    top = 60 + 20 * (heading.count("<br>") + 1)
+    fig.update_layout(title=dict(text=heading, x=0.01, y=1, yref="container", yanchor="top", pad=dict(t=8),
+                                 font=dict(size=14)),
                       height=top + plot_px + LEGEND_PX, margin=dict(l=_label_margin(panels), r=15, t=top, b=LEGEND_PX),
                       plot_bgcolor="white",          # the key below the offset axis's title, 3 lines on a phone
                       legend=dict(orientation="h", x=0, y=-50 / plot_px, yanchor="top"))
@@ -322,7 +328,8 @@ def acceptance_figure(rows: Sequence[Mapping], title: str = "") -> go.Figure:
     fig.update_yaxes(rangemode="tozero", title_text="tokens", row=2, col=1)
     head = wrap_title(title)
     extra = 18 * head.count("<br>")
-    fig.update_layout(title=dict(text=head, x=0.01, font=dict(size=14)), height=520 + extra,
-                      margin=dict(l=60, r=15, t=70 + extra, b=40), legend=dict(orientation="h", y=-0.12, x=0,
-                                                                               yanchor="top"))
+    # the key well below the k axis's title: on a phone it wraps to several lines
+    fig.update_layout(title=dict(text=head, x=0.01, font=dict(size=14)), height=600 + extra,
+                      margin=dict(l=60, r=15, t=70 + extra, b=120), legend=dict(orientation="h", y=-0.24, x=0,
+                                                                                yanchor="top"))
     return fig

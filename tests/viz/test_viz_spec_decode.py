@@ -60,7 +60,7 @@ def yticks(fig, phase):
 
 def test_the_golden_step_by_hand():
     fig = rollback_figure(golden())                        # default: step 0, whose rollback frees block 0
-    assert "step 0 (target pass 1)" in fig.layout.title.text
+    assert "target pass 1:" in fig.layout.title.text
     assert colours(fig, "propose") == [[None] * 4] and yticks(fig, "propose") == []    # no blocks before step 0
     assert colours(fig, "verify") == [[BLUE] * 4, [BLUE, BLUE, YELLOW, YELLOW], [YELLOW, GREY, GREY, GREY]]
     assert colours(fig, "accept") == [[BLUE] * 4, [BLUE, BLUE, GREEN, RED], [RED, GREY, GREY, GREY]]
@@ -81,12 +81,13 @@ def test_the_golden_step_by_hand():
 
 
 def test_slot_text_is_each_positions_token():
-    labels = {10: "R", 11: " ", 12: "\n", 13: "a", 14: "b", 15: "c", 20: "x", 99: "?", 98: "!"}
+    labels = {10: "R", 11: " ", 12: "\n", 13: "a", 14: "b", 15: "c", 20: "x", 21: "y", 99: "?", 98: "!"}
     fig = rollback_figure(golden(), token_text=labels.__getitem__)
     # positions 0-5 the prompt, 6-8 the drafts 20 99 98 (block 3, block 1, block 0 in that order)
     assert list(map(list, panel(fig, "verify").text)) == [["R", "␣", "⏎", "a"], ["b", "c", "x", "?"], ["!", "", "", ""]]
     assert list(map(list, panel(fig, "rollback").text)) == [["R", "␣", "⏎", "a"], ["b", "c", "x", ""], [""] * 4]
     assert '"x?!"' in fig.layout.annotations[0].text                  # the propose panel names its drafts
+    assert 'own token "y"' in fig.layout.annotations[2].text           # the accept panel, the target's token
     plain = rollback_figure(golden(), step=1)                          # ids without token_text
     assert list(panel(plain, "verify").text[2]) == ["22", "23", "", ""]   # fed 21 at 7 (block 1), drafts at 8, 9
 
@@ -145,10 +146,10 @@ def test_the_default_step_is_the_first_whose_rollback_frees_a_block():
     trace = replay_speculation([1, 2, 3], [4, 5, 6, 7, 8, 9, 9], Fixed([9], [5, 0, 0, 0, 0]), block_size=4,
                                num_blocks=4)
     assert not trace.steps[0].freed_blocks and trace.steps[1].freed_blocks
-    assert "step 1 " in rollback_figure(trace).layout.title.text
+    assert "target pass 2:" in rollback_figure(trace).layout.title.text
     none_freed = replay_speculation([1, 2, 3], [4, 5], Fixed([4]), block_size=4, num_blocks=2)
     assert not any(s.freed_blocks for s in none_freed.steps)
-    assert "step 0 " in rollback_figure(none_freed).layout.title.text
+    assert "target pass 1:" in rollback_figure(none_freed).layout.title.text
 
 
 @pytest.mark.parametrize("step", [-1, 2, 1.0, True, "0"])
