@@ -9,9 +9,11 @@ costs ``c`` target steps per draft token (their ``c``; 0 for prompt lookup, whic
 token ids).  Where the paper takes the target's verify pass to cost one step whatever ``k``, the
 pass's time here comes from the roofline of :mod:`~paged_kv.memory.decode_cost`: a
 ``(1 + k)``-token pass per sequence reads every weight once, as a decode step does, but computes
-``1 + k`` times the linear-layer FLOPs, so while decode is memory-bound (small batch) it costs
-about one step and speculation pays; as the batch grows the step turns compute-bound, the pass
-costs up to ``1 + k`` steps, and the speed-up falls below 1.
+``1 + k`` times the linear-layer FLOPs, so while it is memory-bound (small batch) it costs about
+one step and speculation pays.  As the batch grows it is the pass, with its ``1 + k`` times the
+FLOPs, that crosses the ridge point first (for Llama-3-70B at 1024 cached tokens the decode step
+stays memory-bound at every batch that fits, its bytes more and more K/V); from there the pass
+costs more than a step, up to ``1 + k`` steps, and the speed-up falls below 1.
 
 Units: seconds, tokens.  Legend: B batch, t cached tokens per sequence, k draft tokens, alpha the
 acceptance rate per draft token, c a draft step's cost in target steps.

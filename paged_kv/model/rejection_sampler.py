@@ -2,12 +2,13 @@
 verified against the target's probabilities in one pass.
 
 The rule of :func:`paged_kv.spec_decode.sampling_rule.speculative_sample` (Leviathan et al. ICML
-2023 §2.3, Algorithm 1, Theorem 1; Chen et al. 2023 Algorithm 2), as vLLM v1's
-``RejectionSampler`` applies it (``vllm/v1/sample/rejection_sampler.py``): accept ``x_i`` while
-``u_i < min(1, p_i(x_i) / q_i(x_i))``, at the first rejection draw from ``norm(max(0, p_i - q_i))``,
-else draw the bonus token from ``p_{k+1}``.  An n-gram (prompt-lookup) draft has no distribution:
-its ``q`` is one-hot on its token, as vLLM treats it (``draft_probs=None``), so a draft token is
-accepted with probability ``p_i(x_i)`` and a rejection draws from ``p_i`` with ``x_i`` removed.
+2023 §2.3, Algorithm 1, proved exact in their Appendix A.1; Chen et al. 2023 Algorithm 2 and
+Theorem 1), as vLLM v1's ``RejectionSampler`` applies it (``vllm/v1/sample/rejection_sampler.py``):
+accept ``x_i`` while ``u_i < min(1, p_i(x_i) / q_i(x_i))``, at the first rejection draw from
+``norm(max(0, p_i - q_i))``, else draw the bonus token from ``p_{k+1}``.  An n-gram
+(prompt-lookup) draft has no distribution: its ``q`` is one-hot on its token, as vLLM treats it
+(``draft_probs=None``), so a draft token is accepted with probability ``p_i(x_i)`` and a rejection
+draws from ``p_i`` with ``x_i`` removed.
 
 Why uniforms consumed in order, not ``torch.multinomial``: the ``j``-th random number the pure
 rule asks for is ``uniforms[j]`` here too (acceptances first, then the one correction or bonus

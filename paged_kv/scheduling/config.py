@@ -51,9 +51,12 @@ class SchedulerConfig:
             :func:`~paged_kv.scheduling.rules.admission_order` says how, and what it risks).  With
             prefix caching off every request finds 0 tokens cached, so ``"lpm"`` is FCFS (as SGLang
             falls back to FCFS without its radix cache).
-        num_lookahead_tokens: speculative decoding's ``k`` (vLLM's ``num_lookahead_tokens``, set
-            from ``num_speculative_tokens``): the most draft tokens a decoding sequence runs per
-            step, each with a slot of its own; 0 (the default): no speculation.  The scheduler
+        num_lookahead_tokens: speculative decoding's ``k`` (set from ``num_speculative_tokens``):
+            the most draft tokens a decoding sequence runs per step, each with a slot of its own
+            (a lookahead slot, vLLM v0's ``num_lookahead_slots``); 0 (the default): no
+            speculation.  Not vLLM v1's ``num_lookahead_tokens``, which reserves slots for the
+            *next* step's drafts (EAGLE, draft models; 0 for n-gram lookup): v1 counts the drafts
+            being verified in the request's ``num_new_tokens``.  The scheduler
             needs a proposer for it (:class:`~paged_kv.scheduling.scheduler.Scheduler`).
 
     Raises:

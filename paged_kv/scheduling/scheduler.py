@@ -33,16 +33,19 @@ while a step is in flight.  If the writer's part of the step fails, :meth:`Sched
 the entries registered for it, and each reader (:meth:`SchedulerOutput.readers_of`), which the
 runner did not run, goes back to the waiting queue as if it had not been admitted.
 
-**Speculative decoding** (chapter 9; vLLM v1's scheduler with ``num_lookahead_tokens``): given a
-proposer, a running sequence that is decoding (one pending token, at least one generated) gets a
-*verify chunk*: its last sampled token and up to ``k`` draft tokens, each with a lookahead slot,
-all ``1 + d`` counted against the token budget.  The draft is capped at
+**Speculative decoding** (chapter 9; as vLLM v1's scheduler, whose drafts being verified are part of
+the request's ``num_new_tokens``, counted from ``num_tokens_with_spec``): given a proposer, a running
+sequence that is decoding (one pending token, at least one generated) gets a *verify chunk*: its
+last sampled token and up to ``k`` draft tokens, each with a slot of its own (a *lookahead slot*,
+vLLM v0's name: ``num_lookahead_slots``), all ``1 + d`` counted against the token budget.  (vLLM
+v1's own ``num_lookahead_tokens`` is another thing: slots reserved for the *next* step's drafts
+(EAGLE, draft models; 0 for n-gram lookup); this scheduler reserves nothing ahead.)  The draft is capped at
 ``min(k, max_tokens - generated - 1, budget left - 1)`` (and by ``max_model_len``): the verify
 pass emits the accepted drafts and one token more, never past ``max_tokens``.  The rule for
 memory: a request's drafts are scheduled only if their extra blocks fit beside what the running
 requests not yet scheduled in this step need for their own tokens; otherwise it decodes without
-speculation this step.  So speculation never preempts anyone (vLLM v1 may preempt for lookahead
-slots; here a draft, a guess, never evicts verified work), and never takes a block the pool's
+speculation this step.  So speculation never preempts anyone (vLLM v1 may preempt to fit a
+request's draft tokens; here a draft, a guess, never evicts verified work), and never takes a block the pool's
 other requests need now; it can delay an admission, whose budget and blocks it used.  A verify
 chunk registers in the prefix cache only blocks that verified tokens fill (never a draft), and
 :meth:`update` rolls the rejected drafts' slots back with

@@ -1,6 +1,6 @@
 """The exact output distribution of speculative decoding on small explicit models, against the
 target's alone: the check that the acceptance rule is lossless (Leviathan et al. ICML 2023,
-Theorem 1), with nothing sampled.
+Appendix A.1; Chen et al. 2023, Theorem 1), with nothing sampled.
 
 A model here is a callable ``context -> probabilities``: a tuple of token ids to a list of ``V``
 Fractions (the next token's distribution).  What is enumerated, for ``horizon`` output tokens:
@@ -97,6 +97,7 @@ def exact_output_distribution(target: Model, draft: Model, context: Sequence[int
                               rule: Rule = speculative_sample) -> tuple[dict, dict]:
     """``(with speculation, without)``: :func:`speculative_distribution` and
     :func:`target_distribution`, dicts from ``horizon``-token tuples to Fractions (the branches of
-    weight 0 absent).  Theorem 1 says they are equal, ``==`` on Fractions."""
+    weight 0 absent).  The rule's correctness (Chen et al.'s Theorem 1) says they are
+    equal, ``==`` on Fractions."""
     return (speculative_distribution(target, draft, context, k, horizon, rule),
             target_distribution(target, context, horizon))

@@ -1,8 +1,8 @@
 """The speculative-sampling rule over explicit probability lists, exact with ``fractions.Fraction``.
 
 Follows Leviathan, Kalman & Matias, "Fast Inference from Transformers via Speculative Decoding"
-(ICML 2023), §2.3, Algorithm 1 and Theorem 1, and Chen et al., "Accelerating Large Language Model
-Decoding with Speculative Sampling" (2023), Algorithm 2; vLLM v1's ``RejectionSampler``
+(ICML 2023), §2.3 and Algorithm 1, and Chen et al., "Accelerating Large Language Model Decoding with
+Speculative Sampling" (2023), Algorithm 2; vLLM v1's ``RejectionSampler``
 (``vllm/v1/sample/rejection_sampler.py``) is the same rule over tensors (ours:
 :mod:`paged_kv.model.rejection_sampler`).
 
@@ -10,7 +10,9 @@ Given draft tokens ``x_1..x_k``, the draft's distributions ``q_1..q_k`` they wer
 target's ``p_1..p_{k+1}`` at the same positions: accept ``x_i`` with probability
 ``min(1, p_i(x_i) / q_i(x_i))``; at the first rejection draw the correction from
 ``norm(max(0, p_i - q_i))`` and stop; if all ``k`` are accepted draw the bonus token from ``p_{k+1}``.
-The tokens it returns are distributed exactly as the target's (Theorem 1).
+The tokens it returns are distributed exactly as the target's: Leviathan et al. prove it in their
+Appendix A.1, Chen et al. state it as their Theorem 1 (modified rejection sampling recovers the
+target distribution).
 
 Why the randomness is a *chooser* (``weights -> index``), not a uniform: one function is the rule,
 and a chooser can be a seeded random draw (:func:`uniform_chooser` over ``random.Random().random``)
