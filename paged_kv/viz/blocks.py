@@ -239,6 +239,9 @@ def table_rows(snap, max_logical: int | None = None) -> int:
     return sum(max(1, math.ceil(min(len(t), longest) / TABLE_COLS)) for t in snap.tables.values())
 
 
+#: pixels per line of a caption's small type (plotly's <sup> under a 14 px title)
+CAPTION_LINE_PX = 17
+
 #: the colour key under each step's caption (a figure with more marks, chapter 6's, extends it)
 KEY = "full colour: a stored token, pale: allocated and empty, grey: free"
 
@@ -263,9 +266,13 @@ def _frame_layout(fig, snapshots: Sequence, shown, title: str, key: str = KEY) -
     most = max([table_rows(s, max_logical) for s in snapshots] + [1])   # table rows ever shown at once
     rows, cols, width, label = _grid(shown.num_blocks, shown.block_size)
     head, extra = _heading(title)
+    # room for the tallest caption of any frame (a longer key, chapter 6's, adds lines) and the
+    # panels' titles below it: a fixed 140 px let a six-line caption run into them
+    lines = max(_caption(s, key).count("<br>") for s in snapshots)
     fig.update_layout(title=dict(text=head + _caption(shown, key), x=0.01, font=dict(size=14), yref="container",
                                  y=1, yanchor="top", pad=dict(t=12)),
-                      margin=dict(l=label_margin(shown.num_blocks), r=20, t=140 + TITLE_LINE_PX * extra, b=60))
+                      margin=dict(l=label_margin(shown.num_blocks), r=20,
+                                  t=max(140, 64 + CAPTION_LINE_PX * lines) + TITLE_LINE_PX * extra, b=60))
     # the range starts just left of the first column's labels' anchors (plotly hides a text whose
     # anchor is outside the range); the labels' text runs on into the margin
     fig.update_xaxes(row=1, col=1, visible=False, range=[label - LABEL_GAP - 0.03, cols * width - 1.5])

@@ -283,3 +283,20 @@ def test_a_long_title_wraps_and_the_top_margin_grows_with_it():
     assert wrapped.layout.margin.t > short.layout.margin.t
     for frame in wrapped.frames:                         # the replayed steps keep the wrapped heading
         assert frame.layout.title.text.startswith("<br>".join(lines[:2]) + "<br>")
+
+
+def test_the_top_margin_holds_the_tallest_caption():
+    """Chapter 6's key has three lines more than the default: the title's margin grows with the
+    caption's lines, so the last line never runs into the panels' titles (at a fixed 140 px a
+    six-line caption did)."""
+    from paged_kv.blocks import BlockHistory, BlockSpaceManager
+    from paged_kv.viz.blocks import CAPTION_LINE_PX
+    from paged_kv.viz.sharing import SHARING_KEY, sharing_figure
+
+    h = BlockHistory(BlockSpaceManager(16, 4))
+    h.allocate(0, 6)
+    h.fork(0, 1)
+    fig = sharing_figure(h.snapshots, replay=False)
+    lines = fig.layout.title.text.count("<br>") + 1
+    assert SHARING_KEY.count("<br>") == 2 and lines >= 6
+    assert fig.layout.margin.t >= 20 + CAPTION_LINE_PX * lines + 20      # the title line, the captions, a gap
