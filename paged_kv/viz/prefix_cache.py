@@ -39,9 +39,10 @@ PER_ROW = 8                      # blocks per row of the pool grid (a used block
                                  # short lines, id over holder, so eight fit a 360-px phone)
 TRACE_NAMES = ("pool", "cached", "hits", "evicted")
 #: the figure's key, under each step's caption: the markers in their own colours, then the fills
-MARKER_KEY = (f"● caches a prefix, <span style='color:{HIT_COLOR}'>★</span> hit in this step, "
-              f"<span style='color:{EVICT_COLOR}'>✕1</span> evicted (LRU order)<br>"
-              "grey: free, sand: cached-free, mid tint: reserved")
+#: (lines of at most ~50 characters: the figure is 368 px wide on a phone)
+MARKER_KEY = (f"● caches a prefix, <span style='color:{HIT_COLOR}'>★</span> hit in this step,<br>"
+              f"<span style='color:{EVICT_COLOR}'>✕1</span> evicted (LRU order); grey: free,<br>"
+              "sand: cached-free, mid tint: reserved")
 
 
 def pool_states(rec) -> list[tuple]:
@@ -118,8 +119,8 @@ def _caption(rec) -> str:
     done = rec.computed_tokens() if rec.computed else {}
     pending = sum(reserved_tokens(b, done, rec.pool.block_size) > 0 for b in rec.pool.blocks)
     text = "<br>".join(textwrap.wrap(f"step {rec.step}: {rec.text}", 60))
-    used = f"{n['used']} used" + (f" ({pending} reserved: tokens not run yet)" if pending else "")
-    return (f"{text}<br><sup>{used}, {n['cached-free']} cached-free, {n['free']} free; "
+    used = f"{n['used']} used" + (f" ({pending} reserved)" if pending else "")
+    return (f"{text}<br><sup>{used}, {n['cached-free']} cached-free, {n['free']} free;<br>"
             f"{len(rec.hits)} hit blocks, {len(rec.evicted)} evicted in this step<br>{MARKER_KEY}</sup>")
 
 
@@ -144,8 +145,12 @@ def prefix_pool_figure(records: Sequence, title: str = "", active: int | None = 
     fig.update_xaxes(visible=False, range=[-0.6, PER_ROW - 0.4])
     fig.update_yaxes(visible=False, autorange="reversed")
     head = f"{wrap_title(title)}<br>" if title else ""
-    fig.update_layout(title=dict(text=head + _caption(rec), x=0.01, font=dict(size=13)),
-                      height=280 + 70 * rows, margin=dict(l=10, r=10, t=150, b=80),
+    # room for the tallest caption of any frame (hanging from the top: plotly centres a title in
+    # its margin, where a tall one ran into the pool)
+    top = 30 + 17 * max((head + _caption(r)).count("<br>") + 1 for r in records)
+    fig.update_layout(title=dict(text=head + _caption(rec), x=0.01, font=dict(size=13), yref="container", y=1,
+                                 yanchor="top", pad=dict(t=10)),
+                      height=130 + top + 70 * rows, margin=dict(l=10, r=10, t=top, b=80),
                       plot_bgcolor="white", showlegend=False)
     if replay and len(records) > 1:
         idx = trace_indices(fig, TRACE_NAMES)

@@ -76,8 +76,7 @@ def _phase_caption(s, phase: str, label: Callable[[int], str] | None) -> str:
     if phase == "accept":
         own = s.emitted[-1]
         shown = f'"{visible_token(label(own))}"' if label else str(own)
-        return (f"<b>3 accept</b>: {s.accepted} of {k} kept, then the target's own token {shown} "
-                f"(its K/V: next pass)")
+        return f"<b>3 accept</b>: {s.accepted} of {k} kept, + the target's {shown}"
     freed = ", ".join(map(str, s.freed_blocks)) or "none"
     return f"<b>4 rollback</b>: {s.rejected} slot(s) back; blocks freed: {freed}"
 
@@ -143,8 +142,8 @@ def rollback_figure(trace: SpeculationTrace, step: int | None = None, token_text
     plot_px = PANEL_PX * (len(PHASES) - 1) + ROW_PX * sum(nrows)       # the panels and the gaps between them
     fig = make_subplots(rows=len(PHASES), cols=1, row_heights=nrows, vertical_spacing=PANEL_PX / plot_px,
                         subplot_titles=[_phase_caption(s, phase, token_text) for phase in PHASES])
-    for note in fig.layout.annotations:
-        note.update(x=0, xanchor="left", font=dict(size=12))
+    for note in fig.layout.annotations:     # each caption starts over the block labels: the full width
+        note.update(x=0, xanchor="left", xshift=-_label_margin(panels) + 4, font=dict(size=12))
     longest = max([len(t) for p in panels for row in p[1] for t in row] + [0])
     scale = discrete_scale([STATE_COLORS[x] for x in STATES])
     bs = s.block_size

@@ -87,7 +87,7 @@ def test_slot_text_is_each_positions_token():
     assert list(map(list, panel(fig, "verify").text)) == [["R", "␣", "⏎", "a"], ["b", "c", "x", "?"], ["!", "", "", ""]]
     assert list(map(list, panel(fig, "rollback").text)) == [["R", "␣", "⏎", "a"], ["b", "c", "x", ""], [""] * 4]
     assert '"x?!"' in fig.layout.annotations[0].text                  # the propose panel names its drafts
-    assert 'own token "y"' in fig.layout.annotations[2].text           # the accept panel, the target's token
+    assert 'the target\'s "y"' in fig.layout.annotations[2].text           # the accept panel, the target's token
     plain = rollback_figure(golden(), step=1)                          # ids without token_text
     assert list(panel(plain, "verify").text[2]) == ["22", "23", "", ""]   # fed 21 at 7 (block 1), drafts at 8, 9
 
