@@ -49,6 +49,9 @@ PANELS = {
                           ("click", "submit", None, "any"), ("select", "prefix", None, "none"),
                           ("type", "own text", "to be or not", "none"), ("click", "submit", None, "any"),
                           ("click", "run until idle", None, "fig")],
+    "09_speculative_decoding": [("click", "pass ▶", None, "fig"), ("click", "next freed block", None, "fig"),
+                                ("type", "drafts", "6", "none"), ("click", "replay", None, "fig"),
+                                ("click", "◀ pass", None, "any")],
 }
 
 
