@@ -23,6 +23,21 @@ from paged_kv.blocks import BlockSpaceManager  # noqa: E402
 from paged_kv.model import ModelConfig, TinyLlama  # noqa: E402
 
 
+def serve_arrivals(engine, arrivals, max_steps: int = 5000) -> list:
+    """Run ``arrivals`` = [(step, prompt, params)] through ``engine`` (an ``LLMEngine``), each added at
+    its step, checking the scheduler after every step; returns [(request id, prompt, params)]."""
+    pending, ids, step = sorted(arrivals, key=lambda a: a[0]), [], 0
+    while pending or engine.has_unfinished_requests():
+        assert step < max_steps, "the engine stopped making progress"
+        while pending and pending[0][0] <= step:
+            _, prompt, params = pending.pop(0)
+            ids.append((engine.add_request(prompt, params), prompt, params))
+        engine.step()
+        engine.scheduler.check()
+        step += 1
+    return ids
+
+
 def peak_blocks(prompt_len: int, n: int, max_tokens: int, block_size: int) -> int:
     """Brute force: the most blocks in use while ``n`` samples of a prompt each generate
     ``max_tokens``, measured by running the real block manager as a step does (allocate the prompt,

@@ -154,7 +154,9 @@ class TimingRunner:
 
 def _verified(drafts, target) -> list[int]:
     """Greedy verification, asking ``target(j)`` (the token after ``j`` drafts) only as far as
-    needed: the drafts kept while each equals it, then the first token that differs or follows."""
+    needed: the drafts kept while each equals it, then the first token that differs or follows.
+    The rule is :func:`~paged_kv.spec_decode.accept_greedy`'s, asked lazily so that the token
+    source only ever sees real prefixes of the sequence (never one holding a rejected draft)."""
     out = []
     for j, d in enumerate(drafts):
         out.append(target(j))

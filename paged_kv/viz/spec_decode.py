@@ -60,6 +60,16 @@ def _label_margin(panels) -> int:
     return 16 + 7 * longest
 
 
+def _titled(fig, title: str, *, height: int, top: int, bottom: int, legend_y: float) -> None:
+    """The line figures' heading (``title`` wrapped for a phone; each extra line adds 18 px to the
+    height and the top margin) and their key, horizontal, below the plot."""
+    head = wrap_title(title)
+    extra = 18 * head.count("<br>")
+    fig.update_layout(title=dict(text=head, x=0.01, font=dict(size=14)), height=height + extra,
+                      margin=dict(l=60, r=15, t=top + extra, b=bottom),
+                      legend=dict(orientation="h", y=legend_y, x=0, yanchor="top"))
+
+
 def _default_step(trace) -> int:
     """The first step whose rollback frees a block, else 0."""
     return next((s.index for s in trace.steps if s.freed_blocks), 0)
@@ -254,11 +264,7 @@ def speedup_figure(model, gpu, *, ks: Sequence[int], alpha, batches: Sequence[in
     fig.update_xaxes(type="log", tickvals=[v for v, _ in ticks], ticktext=[t for _, t in ticks], tickangle=0,
                      title_text="batch size (sequences, log scale)")
     fig.update_yaxes(title_text="speed-up over plain decoding (×)", rangemode="tozero")
-    head = wrap_title(title)
-    extra = 18 * head.count("<br>")
-    fig.update_layout(title=dict(text=head, x=0.01, font=dict(size=14)), height=460 + extra,
-                      margin=dict(l=60, r=15, t=60 + extra, b=40), legend=dict(orientation="h", y=-0.25, x=0,
-                                                                               yanchor="top"))
+    _titled(fig, title, height=460, top=60, bottom=40, legend_y=-0.25)
     return fig
 
 
@@ -325,10 +331,6 @@ def acceptance_figure(rows: Sequence[Mapping], title: str = "") -> go.Figure:
     fig.update_xaxes(tickvals=every, title_text="k (draft tokens per pass)", row=2, col=1)
     fig.update_yaxes(range=[0, 1.05], title_text="share", row=1, col=1)
     fig.update_yaxes(rangemode="tozero", title_text="tokens", row=2, col=1)
-    head = wrap_title(title)
-    extra = 18 * head.count("<br>")
     # the key well below the k axis's title: on a phone it wraps to several lines
-    fig.update_layout(title=dict(text=head, x=0.01, font=dict(size=14)), height=600 + extra,
-                      margin=dict(l=60, r=15, t=70 + extra, b=120), legend=dict(orientation="h", y=-0.24, x=0,
-                                                                                yanchor="top"))
+    _titled(fig, title, height=600, top=70, bottom=120, legend_y=-0.24)
     return fig

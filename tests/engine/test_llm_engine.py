@@ -15,7 +15,7 @@ from paged_kv.errors import AdmissionError, ConfigError, PagedKVError, PromptErr
 from paged_kv.model import load_tiny_model
 from paged_kv.model.sampling import SamplingParams
 
-from conftest import peak_blocks
+from conftest import peak_blocks, serve_arrivals
 
 
 @pytest.fixture(scope="module")
@@ -148,16 +148,7 @@ def test_chunked_prefill_slots_and_values(tiny, budget):
 def _serve(model, arrivals, **config):
     """Run ``arrivals`` = [(step, prompt, params)] through one engine; returns (engine, ids)."""
     e = engine(model, **config)
-    pending, ids, step = sorted(arrivals, key=lambda a: a[0]), [], 0
-    while pending or e.has_unfinished_requests():
-        assert step < 5000, "the engine stopped making progress"
-        while pending and pending[0][0] <= step:
-            _, prompt, params = pending.pop(0)
-            ids.append((e.add_request(prompt, params), prompt, params))
-        e.step()
-        e.scheduler.check()
-        step += 1
-    return e, ids
+    return e, serve_arrivals(e, arrivals)
 
 
 @pytest.mark.parametrize("mode", ["recompute", "swap"])

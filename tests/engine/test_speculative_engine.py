@@ -15,7 +15,7 @@ from paged_kv.sampling_params import SamplingParams
 from paged_kv.scheduling import Scheduler, SchedulerConfig
 from paged_kv.spec_decode import NgramProposer, replay_speculation
 
-from conftest import peak_blocks
+from conftest import peak_blocks, serve_arrivals
 
 NGRAM = {"method": "ngram", "num_speculative_tokens": 6, "prompt_lookup_min": 3, "prompt_lookup_max": 3}
 
@@ -43,19 +43,6 @@ class Fixed:
 def source(seq_id, tokens):
     """A token source that repeats with period 3 after the prompt: 7, 8, 9, 7, 8, 9, ..."""
     return 7 + len(tokens) % 3
-
-
-def serve(engine, arrivals):
-    pending, ids, step = sorted(arrivals, key=lambda a: a[0]), [], 0
-    while pending or engine.has_unfinished_requests():
-        assert step < 3000, "the engine stopped making progress"
-        while pending and pending[0][0] <= step:
-            _, prompt, params = pending.pop(0)
-            ids.append((engine.add_request(prompt, params), prompt, params))
-        engine.step()
-        engine.scheduler.check()
-        step += 1
-    return ids
 
 
 # --- the issue's measurement, through the engine ---------------------------------------------
@@ -123,7 +110,7 @@ def test_greedy_output_is_plain_greedy_hypothesis(small_model, data):
                  num_cpu_blocks=0 if caching else pool, enable_prefix_caching=caching,
                  max_num_batched_tokens=data.draw(st.integers(1, 16), label="budget"))
     e = LLMEngine(small_model, EngineConfig(**knobs, speculative_config=spec))
-    ids = serve(e, arrivals)
+    ids = serve_arrivals(e, arrivals, max_steps=3000)
     for rid, prompt, params in ids:
         solo = LLMEngine(small_model, EngineConfig(block_size=bs, num_gpu_blocks=256)).generate(prompt, params)[0]
         assert e.output(rid).token_ids == solo.token_ids, (rid, prompt, params)
